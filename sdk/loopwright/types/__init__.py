@@ -1,0 +1,141 @@
+"""Wire types of the Tinker training API: one pydantic model per JSON body.
+
+Requests forbid unknown fields; responses ignore them.
+"""
+
+from .checkpoints import (
+    Checkpoint,
+    CheckpointsListResponse,
+    CheckpointType,
+    ParsedCheckpointTinkerPath,
+)
+from .chunks import EncodedTextChunk, ImageAssetPointerChunk, ImageChunk, ModelInputChunk
+from .datum import LOSS_INPUT_DTYPES, Datum, LossFnInputs
+from .futures import (
+    FutureRetrieveRequest,
+    QueueState,
+    RequestErrorCategory,
+    RequestFailedResponse,
+    TryAgainResponse,
+    UntypedAPIFuture,
+)
+from .lora import LoraConfig
+from .losses import ForwardBackwardInput, ForwardBackwardOutput, LossFnOutput, LossFnType
+from .model_input import ModelInput
+from .models import (
+    CreateModelRequest,
+    CreateModelResponse,
+    GetInfoRequest,
+    GetInfoResponse,
+    ModelData,
+    UnloadModelRequest,
+    UnloadModelResponse,
+)
+from .optim import AdamParams, OptimStepRequest, OptimStepResponse
+from .pagination import Cursor
+from .sampling import SampledSequence, SampleRequest, SampleResponse, SamplingParams, StopReason
+from .sampling_sessions import (
+    CreateSamplingSessionRequest,
+    CreateSamplingSessionResponse,
+    GetSamplerResponse,
+)
+from .server import (
+    ClientConfigRequest,
+    ClientConfigResponse,
+    GetServerCapabilitiesResponse,
+    HealthResponse,
+    SupportedModel,
+)
+from .sessions import (
+    CreateSessionRequest,
+    CreateSessionResponse,
+    GetSessionResponse,
+    ListSessionsResponse,
+    SessionHeartbeatRequest,
+    SessionHeartbeatResponse,
+)
+from .tensor_data import TensorData, TensorDtype
+from .training import ForwardBackwardRequest, ForwardRequest
+from .training_runs import TrainingRun, TrainingRunsResponse
+from .weights import (
+    LoadWeightsRequest,
+    LoadWeightsResponse,
+    SaveWeightsForSamplerRequest,
+    SaveWeightsForSamplerResponse,
+    SaveWeightsForSamplerResponseInternal,
+    SaveWeightsRequest,
+    SaveWeightsResponse,
+    WeightsInfoRequest,
+    WeightsInfoResponse,
+)
+
+__all__ = [
+    "LOSS_INPUT_DTYPES",
+    "AdamParams",
+    "Checkpoint",
+    "CheckpointType",
+    "CheckpointsListResponse",
+    "ClientConfigRequest",
+    "ClientConfigResponse",
+    "CreateModelRequest",
+    "CreateModelResponse",
+    "CreateSamplingSessionRequest",
+    "CreateSamplingSessionResponse",
+    "CreateSessionRequest",
+    "CreateSessionResponse",
+    "Cursor",
+    "Datum",
+    "EncodedTextChunk",
+    "ForwardBackwardInput",
+    "ForwardBackwardOutput",
+    "ForwardBackwardRequest",
+    "ForwardRequest",
+    "FutureRetrieveRequest",
+    "GetInfoRequest",
+    "GetInfoResponse",
+    "GetSamplerResponse",
+    "GetServerCapabilitiesResponse",
+    "GetSessionResponse",
+    "HealthResponse",
+    "ImageAssetPointerChunk",
+    "ImageChunk",
+    "ListSessionsResponse",
+    "LoadWeightsRequest",
+    "LoadWeightsResponse",
+    "LoraConfig",
+    "LossFnInputs",
+    "LossFnOutput",
+    "LossFnType",
+    "ModelData",
+    "ModelInput",
+    "ModelInputChunk",
+    "OptimStepRequest",
+    "OptimStepResponse",
+    "ParsedCheckpointTinkerPath",
+    "QueueState",
+    "RequestErrorCategory",
+    "RequestFailedResponse",
+    "SampleRequest",
+    "SampleResponse",
+    "SampledSequence",
+    "SamplingParams",
+    "SaveWeightsForSamplerRequest",
+    "SaveWeightsForSamplerResponse",
+    "SaveWeightsForSamplerResponseInternal",
+    "SaveWeightsRequest",
+    "SaveWeightsResponse",
+    "SessionHeartbeatRequest",
+    "SessionHeartbeatResponse",
+    "StopReason",
+    "SupportedModel",
+    "TensorData",
+    "TensorDtype",
+    "TrainingRun",
+    "TrainingRunsResponse",
+    "TryAgainResponse",
+    "UnloadModelRequest",
+    "UnloadModelResponse",
+    "UntypedAPIFuture",
+    "WeightsInfoRequest",
+    "WeightsInfoResponse",
+]

@@ -1,0 +1,115 @@
+"""Training models: creating one (a LoRA on a base model), describing it, unloading it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ._base import RequestModel, ResponseModel
+from .lora import LoraConfig
+
+__all__ = [
+    "CreateModelRequest",
+    "CreateModelResponse",
+    "GetInfoRequest",
+    "GetInfoResponse",
+    "ModelData",
+    "UnloadModelRequest",
+    "UnloadModelResponse",
+]
+
+
+class CreateModelRequest(RequestModel):
+    """Create a training model: a fresh LoRA adapter on a base model."""
+
+    session_id: str
+    """The client session it belongs to."""
+
+    model_seq_id: int
+    """Counter of models within the client session."""
+
+    base_model: str
+    """Name of the base model to fine-tune."""
+
+    user_metadata: dict[str, Any] | None = None
+    """Free-form metadata of the training run, set by the user."""
+
+    lora_config: LoraConfig | None = None
+    """Shape of the adapter."""
+
+    type: Literal["create_model"] = "create_model"
+    """Request kind tag."""
+
+
+class CreateModelResponse(ResponseModel):
+    """The created training model."""
+
+    model_id: str
+    """Id of the new model (also its training run id)."""
+
+    type: Literal["create_model"] = "create_model"
+    """Response kind tag."""
+
+
+class GetInfoRequest(RequestModel):
+    """Ask for a training model's description."""
+
+    model_id: str
+    """The model to describe."""
+
+    type: Literal["get_info"] = "get_info"
+    """Request kind tag."""
+
+
+class ModelData(ResponseModel):
+    """Architecture and naming of a model."""
+
+    arch: str | None = None
+    """Architecture identifier."""
+
+    model_name: str | None = None
+    """Model name; the SDK loads its tokenizer with AutoTokenizer.from_pretrained."""
+
+    tokenizer_id: str | None = None
+    """Tokenizer identifier, when it differs from model_name."""
+
+
+class GetInfoResponse(ResponseModel):
+    """A training model's description."""
+
+    type: Literal["get_info"] | None = None
+    """Response kind tag."""
+
+    model_data: ModelData
+    """Architecture and naming."""
+
+    model_id: str
+    """The model's id."""
+
+    is_lora: bool | None = None
+    """Whether the model is a LoRA adapter."""
+
+    lora_rank: int | None = None
+    """The adapter's rank, if a LoRA."""
+
+    model_name: str | None = None
+    """The model's name."""
+
+
+class UnloadModelRequest(RequestModel):
+    """Release a training model's resources."""
+
+    model_id: str
+    """The model to unload."""
+
+    type: Literal["unload_model"] = "unload_model"
+    """Request kind tag."""
+
+
+class UnloadModelResponse(ResponseModel):
+    """Confirms an unload."""
+
+    model_id: str
+    """The unloaded model."""
+
+    type: Literal["unload_model"] | None = None
+    """Response kind tag."""

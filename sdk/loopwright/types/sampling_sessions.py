@@ -1,0 +1,55 @@
+"""Sampling sessions: a sampler bound to a base model or saved weights, reused across samples."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._base import RequestModel, ResponseModel
+
+__all__ = [
+    "CreateSamplingSessionRequest",
+    "CreateSamplingSessionResponse",
+    "GetSamplerResponse",
+]
+
+
+class CreateSamplingSessionRequest(RequestModel):
+    """Open a sampler within a client session."""
+
+    session_id: str
+    """The client session it belongs to."""
+
+    sampling_session_seq_id: int
+    """Counter of sampling sessions within the client session."""
+
+    base_model: str | None = None
+    """Base model to sample from; inferred from model_path when that is given."""
+
+    model_path: str | None = None
+    """tinker:// path of sampler weights; None samples the base model."""
+
+    type: Literal["create_sampling_session"] = "create_sampling_session"
+    """Request kind tag."""
+
+
+class CreateSamplingSessionResponse(ResponseModel):
+    """The sampler that was opened."""
+
+    type: Literal["create_sampling_session"] = "create_sampling_session"
+    """Response kind tag."""
+
+    sampling_session_id: str
+    """Id to pass in sample requests."""
+
+
+class GetSamplerResponse(ResponseModel):
+    """What a sampler samples from."""
+
+    sampler_id: str
+    """The sampling session id."""
+
+    base_model: str
+    """The base model name."""
+
+    model_path: str | None = None
+    """tinker:// path of the weights, if any."""

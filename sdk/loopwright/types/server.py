@@ -1,0 +1,96 @@
+"""Server-level answers: health, supported models, and client feature flags."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ._base import RequestModel, ResponseModel
+
+__all__ = [
+    "ClientConfigRequest",
+    "ClientConfigResponse",
+    "GetServerCapabilitiesResponse",
+    "HealthResponse",
+    "SupportedModel",
+]
+
+
+class HealthResponse(ResponseModel):
+    """The server is up."""
+
+    status: Literal["ok"]
+    """Always "ok"."""
+
+
+class SupportedModel(ResponseModel):
+    """A base model the server can train and sample."""
+
+    model_name: str | None = None
+    """Name to pass as base_model."""
+
+    max_context_length: int | None = None
+    """Longest sequence, in tokens, the model accepts."""
+
+
+class GetServerCapabilitiesResponse(ResponseModel):
+    """What the server offers."""
+
+    supported_models: list[SupportedModel]
+    """The base models available."""
+
+
+class ClientConfigRequest(RequestModel):
+    """Ask for the feature flags that apply to this client."""
+
+    sdk_version: str
+    """Version of the calling SDK."""
+
+
+class ClientConfigResponse(ResponseModel):
+    """Feature flags for the client; a client ignores flags it does not know.
+
+    Defaults are the official SDK's, except use_pyqwest_transport: Loopwright answers false,
+    so clients use httpx's default transport.
+    """
+
+    pjwt_auth_enabled: bool = False
+    """Whether the client should trade its API key for a JWT."""
+
+    credential_default_source: str = "api_key"
+    """Where the client takes credentials from by default."""
+
+    sample_dispatch_bytes_semaphore_size: int = 10 * 1024 * 1024
+    """Bytes of sample requests a client may have in flight."""
+
+    inflight_response_bytes_semaphore_size: int = 50 * 1024 * 1024
+    """Bytes of responses a client may be reading at once."""
+
+    parallel_fwdbwd_chunks: bool = True
+    """Whether the chunks of one forward_backward are sent concurrently."""
+
+    proto_write_fwdbwd: bool = False
+    """Whether forward_backward is sent as protobuf instead of JSON."""
+
+    proto_compress_fwdbwd: bool = False
+    """Whether a protobuf forward_backward body is zstd-compressed."""
+
+    fwd_via_fwdbwd: bool = False
+    """Whether forward goes through forward_backward (protobuf only)."""
+
+    billing_exception_max_pause_duration_sec: int = 60 * 60
+    """Longest a client waits out a billing pause, in seconds."""
+
+    sample_no_retries: bool = False
+    """Whether sample requests are never retried."""
+
+    sample_enable_stuck_detection: bool = True
+    """Whether sampling fails when no progress is made for a while."""
+
+    sample_max_concurrent_requests: int = 2000
+    """Most sample requests one sampling client keeps in flight."""
+
+    use_pyqwest_transport: bool = False
+    """Whether the client uses the pyqwest HTTP transport (Loopwright: false)."""
+
+    create_model_via_load_weights: bool = False
+    """Whether loading a checkpoint creates the model in one load_weights call."""

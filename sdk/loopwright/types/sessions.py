@@ -1,0 +1,88 @@
+"""Client sessions: opening one, keeping it alive, and listing what it holds."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ._base import RequestModel, ResponseModel
+
+__all__ = [
+    "CreateSessionRequest",
+    "CreateSessionResponse",
+    "GetSessionResponse",
+    "ListSessionsResponse",
+    "SessionHeartbeatRequest",
+    "SessionHeartbeatResponse",
+]
+
+
+class CreateSessionRequest(RequestModel):
+    """Open a client session, the parent of its training models and samplers."""
+
+    tags: list[str]
+    """Free-form labels."""
+
+    user_metadata: dict[str, Any] | None = None
+    """Free-form metadata set by the user (omitted from the body when None)."""
+
+    sdk_version: str
+    """Version of the SDK that opens the session."""
+
+    project_id: str | None = None
+    """Project to file the session under."""
+
+    type: Literal["create_session"] = "create_session"
+    """Request kind tag."""
+
+
+class CreateSessionResponse(ResponseModel):
+    """The opened session."""
+
+    type: Literal["create_session"] = "create_session"
+    """Response kind tag."""
+
+    info_message: str | None = None
+    """A notice for the user, logged at info level."""
+
+    warning_message: str | None = None
+    """A notice for the user, logged as a warning."""
+
+    error_message: str | None = None
+    """A notice for the user, logged as an error."""
+
+    session_id: str
+    """Id of the new session."""
+
+
+class SessionHeartbeatRequest(RequestModel):
+    """Keep a session alive (the SDK sends one every 10 seconds)."""
+
+    session_id: str
+    """The session to keep alive."""
+
+    type: Literal["session_heartbeat"] = "session_heartbeat"
+    """Request kind tag."""
+
+
+class SessionHeartbeatResponse(ResponseModel):
+    """Acknowledges a heartbeat."""
+
+    type: Literal["session_heartbeat"] = "session_heartbeat"
+    """Response kind tag."""
+
+
+class GetSessionResponse(ResponseModel):
+    """What a session holds."""
+
+    training_run_ids: list[str]
+    """Model ids of the session's training runs."""
+
+    sampler_ids: list[str]
+    """Ids of the session's samplers."""
+
+
+class ListSessionsResponse(ResponseModel):
+    """The caller's sessions."""
+
+    sessions: list[str]
+    """Session ids."""

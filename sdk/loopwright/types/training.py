@@ -1,0 +1,34 @@
+"""Requests that run a forward or forward-backward pass on a training model."""
+
+from __future__ import annotations
+
+from ._base import RequestModel
+from .losses import ForwardBackwardInput
+
+__all__ = ["ForwardBackwardRequest", "ForwardRequest"]
+
+
+class ForwardRequest(RequestModel):
+    """Compute the loss and logprobs of a batch without accumulating gradients."""
+
+    forward_input: ForwardBackwardInput
+    """The batch and its loss."""
+
+    model_id: str
+    """The training model to run."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+
+class ForwardBackwardRequest(RequestModel):
+    """Compute the loss of a batch and accumulate its gradients."""
+
+    forward_backward_input: ForwardBackwardInput
+    """The batch and its loss."""
+
+    model_id: str
+    """The training model to run."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""

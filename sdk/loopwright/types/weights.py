@@ -1,0 +1,172 @@
+"""Saving and loading weights: training state, sampler weights, and checkpoint metadata."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ._base import RequestModel, ResponseModel
+
+__all__ = [
+    "LoadWeightsRequest",
+    "LoadWeightsResponse",
+    "SaveWeightsForSamplerRequest",
+    "SaveWeightsForSamplerResponse",
+    "SaveWeightsForSamplerResponseInternal",
+    "SaveWeightsRequest",
+    "SaveWeightsResponse",
+    "WeightsInfoRequest",
+    "WeightsInfoResponse",
+]
+
+
+class SaveWeightsRequest(RequestModel):
+    """Save a model's training state (adapter and optimizer) as tinker://<model_id>/weights/<path>."""
+
+    model_id: str
+    """The model to save."""
+
+    path: str | None = None
+    """Checkpoint name."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+    ttl_seconds: int | None = None
+    """Seconds until the checkpoint expires; None keeps it."""
+
+    overwrite: bool = False
+    """Whether to replace an existing checkpoint of the same name."""
+
+    type: Literal["save_weights"] = "save_weights"
+    """Request kind tag."""
+
+
+class SaveWeightsResponse(ResponseModel):
+    """Where the training state was saved."""
+
+    path: str
+    """tinker:// path of the checkpoint."""
+
+    type: Literal["save_weights"] | None = None
+    """Response kind tag."""
+
+
+class SaveWeightsForSamplerRequest(RequestModel):
+    """Save sampler weights, named (path) or for a new sampling session (sampling_session_seq_id)."""
+
+    model_id: str
+    """The model to save."""
+
+    path: str | None = None
+    """Checkpoint name, for a named save."""
+
+    sampling_session_seq_id: int | None = None
+    """Sampling session counter, for an unnamed save that opens a sampling session."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+    ttl_seconds: int | None = None
+    """Seconds until the checkpoint expires; None keeps it."""
+
+    type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
+    """Request kind tag."""
+
+
+class SaveWeightsForSamplerResponseInternal(ResponseModel):
+    """Either a named sampler checkpoint or a sampling session on unnamed weights."""
+
+    path: str | None = None
+    """tinker:// path of the sampler weights, for a named save."""
+
+    sampling_session_id: str | None = None
+    """The opened sampling session, for an unnamed save."""
+
+    type: Literal["save_weights_for_sampler"] | None = None
+    """Response kind tag."""
+
+
+class SaveWeightsForSamplerResponse(ResponseModel):
+    """Where named sampler weights were saved."""
+
+    path: str
+    """tinker:// path of the sampler weights."""
+
+    type: Literal["save_weights_for_sampler"] | None = None
+    """Response kind tag."""
+
+
+class LoadWeightsRequest(RequestModel):
+    """Load a training checkpoint into a model (or create the model from it)."""
+
+    model_id: str | None = None
+    """The model to load into; set with seq_id, and not with session_id."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+    session_id: str | None = None
+    """Client session of a model created by this load; set with model_seq_id."""
+
+    model_seq_id: int | None = None
+    """Counter of models within the client session, for a model created by this load."""
+
+    base_model: str | None = None
+    """Base model override for a model created by this load."""
+
+    user_metadata: dict[str, Any] | None = None
+    """Free-form metadata of the training run, set by the user."""
+
+    path: str
+    """tinker:// path of the training checkpoint."""
+
+    optimizer: bool
+    """Whether to restore the optimizer state too."""
+
+    weights_access_token: str | None = None
+    """Access token for a checkpoint owned by another account."""
+
+    type: Literal["load_weights"] = "load_weights"
+    """Request kind tag."""
+
+
+class LoadWeightsResponse(ResponseModel):
+    """Confirms a load."""
+
+    path: str | None = None
+    """tinker:// path that was loaded."""
+
+    model_id: str | None = None
+    """The model the weights were loaded into."""
+
+    type: Literal["load_weights"] | None = None
+    """Response kind tag."""
+
+
+class WeightsInfoRequest(RequestModel):
+    """Ask what a checkpoint was trained from."""
+
+    tinker_path: str
+    """tinker:// path of the checkpoint."""
+
+
+class WeightsInfoResponse(ResponseModel):
+    """What a checkpoint needs to be loaded."""
+
+    base_model: str
+    """Base model of the checkpoint."""
+
+    is_lora: bool
+    """Whether the checkpoint is a LoRA adapter."""
+
+    lora_rank: int | None = None
+    """The adapter's rank, if a LoRA."""
+
+    train_unembed: bool | None = None
+    """Whether the unembedding layer has an adapter."""
+
+    train_mlp: bool | None = None
+    """Whether the MLP layers have adapters."""
+
+    train_attn: bool | None = None
+    """Whether the attention layers have adapters."""

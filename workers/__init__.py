@@ -1,0 +1,1 @@
+"""Loopwright GPU workers: the engine (pure torch) and the Celery layer around it."""

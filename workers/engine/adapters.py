@@ -1,0 +1,251 @@
+"""Many LoRA adapters on one frozen base model (peft), with LRU eviction to disk.
+
+Each adapter is a peft adapter named after its model id, with its own rank, alpha, seed and
+target layers, its pending gradients and its AdamW state. Only the active adapter takes part
+in a forward pass, so training one never touches another. Adapters beyond ``max_loaded`` are
+spilled to disk (weights, pending gradients, optimizer state) and come back transparently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import peft
+import torch
+from peft import PeftModel, get_peft_model_state_dict
+
+from .errors import InvalidInput, UnknownAdapter
+from .optim import AdamState
+
+PLACEHOLDER = "lw_placeholder"
+_ATTN = re.compile(r"(self_attn|attention|attn)\.")
+_MLP = re.compile(r"(mlp|feed_forward|ffn)\.")
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """What a LoRA adapter adapts and how it starts."""
+
+    rank: int
+    alpha: float = 32.0
+    seed: int | None = None
+    train_attn: bool = True
+    train_mlp: bool = True
+    train_unembed: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def linear_targets(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Names of the base model's linear layers by group: attn, mlp, unembed."""
+    groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": []}
+    out_emb = model.get_output_embeddings()
+    for name, module in model.named_modules():
+        if module is out_emb:
+            groups["unembed"].append(name)
+        elif isinstance(module, torch.nn.Linear):
+            if _ATTN.search(name):
+                groups["attn"].append(name)
+            elif _MLP.search(name):
+                groups["mlp"].append(name)
+    return groups
+
+
+def peft_config(cfg: AdapterConfig, targets: dict[str, list[str]]) -> peft.LoraConfig:
+    chosen = []
+    for group, on in (
+        ("attn", cfg.train_attn),
+        ("mlp", cfg.train_mlp),
+        ("unembed", cfg.train_unembed),
+    ):
+        if on:
+            chosen += targets[group]
+    if not chosen:
+        raise InvalidInput("lora_config", "train_attn, train_mlp and train_unembed are all false")
+    # Exact module paths: a leaf such as "lm_head" must not match elsewhere.
+    pattern = "^(" + "|".join(re.escape(n) for n in sorted(chosen)) + ")$"
+    return peft.LoraConfig(
+        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=pattern, bias="none"
+    )
+
+
+def adapter_name(model_id: str) -> str:
+    """peft adapter names must be identifiers that do not collide with its own prefixes."""
+    return "lw_" + hashlib.sha1(model_id.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Entry:
+    model_id: str
+    config: AdapterConfig
+    optimizer: AdamState
+    loaded: bool = True
+
+
+class AdapterPool:
+    """The adapters of one host. Not thread-safe: the host serialises calls."""
+
+    def __init__(self, base: torch.nn.Module, *, max_loaded: int, max_rank: int, spill_dir: Path):
+        self.targets = linear_targets(base)
+        self.max_loaded = max_loaded
+        self.max_rank = max_rank
+        self.spill_dir = spill_dir
+        spill_dir.mkdir(parents=True, exist_ok=True)
+        # A rank-1 placeholder keeps the peft wrapper alive when no session has an adapter;
+        # it is never active for user work (base-model calls run with adapters disabled).
+        placeholder = peft.LoraConfig(
+            r=1, lora_alpha=1, target_modules="^(" + re.escape(self._any_target()) + ")$"
+        )
+        self.model: PeftModel = peft.get_peft_model(base, placeholder, adapter_name=PLACEHOLDER)
+        self.model.eval()
+        self._entries: dict[str, _Entry] = {}
+        self._lru: OrderedDict[str, None] = OrderedDict()
+
+    def _any_target(self) -> str:
+        for group in ("attn", "mlp", "unembed"):
+            if self.targets[group]:
+                return self.targets[group][0]
+        raise InvalidInput("base_model", "has no linear layers LoRA can adapt")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __contains__(self, model_id: str) -> bool:
+        return model_id in self._entries
+
+    def ids(self) -> list[str]:
+        return list(self._entries)
+
+    def loaded_ids(self) -> list[str]:
+        return list(self._lru)
+
+    def config(self, model_id: str) -> AdapterConfig:
+        return self._entry(model_id).config
+
+    def optimizer(self, model_id: str) -> AdamState:
+        return self._entry(model_id).optimizer
+
+    def set_optimizer(self, model_id: str, state: AdamState) -> None:
+        self._entry(model_id).optimizer = state
+
+    def create(self, model_id: str, cfg: AdapterConfig) -> None:
+        if model_id in self._entries:
+            raise InvalidInput("model_id", f"{model_id!r} already exists on this host")
+        if not 1 <= cfg.rank <= self.max_rank:
+            raise InvalidInput("lora_config.rank", f"{cfg.rank} is outside [1, {self.max_rank}]")
+        if not cfg.alpha > 0:
+            raise InvalidInput("lora_config.alpha", f"{cfg.alpha} must be > 0")
+        pcfg = peft_config(cfg, self.targets)
+        self._make_room()
+        self._inject(model_id, cfg, pcfg)
+        self._entries[model_id] = _Entry(model_id, cfg, AdamState())
+        self._lru[model_id] = None
+
+    def remove(self, model_id: str) -> None:
+        entry = self._entry(model_id)
+        if entry.loaded:
+            self.model.delete_adapter(adapter_name(model_id))
+            self._lru.pop(model_id, None)
+        self._spill_path(model_id).unlink(missing_ok=True)
+        del self._entries[model_id]
+        if not self._lru:
+            self.model.set_adapter(PLACEHOLDER)
+
+    def activate(self, model_id: str) -> dict[str, torch.nn.Parameter]:
+        """Load if needed, make it the only adapter with gradients; returns its parameters."""
+        entry = self._entry(model_id)
+        if not entry.loaded:
+            self._make_room()
+            self._reload(entry)
+        self._lru.move_to_end(model_id)
+        self.model.set_adapter(adapter_name(model_id))
+        return self.parameters(model_id)
+
+    def parameters(self, model_id: str) -> dict[str, torch.nn.Parameter]:
+        """The adapter's parameters under peft's saved-key names (adapter name removed)."""
+        marker = "." + adapter_name(model_id) + "."
+        return {n.replace(marker, "."): p for n, p in self.model.named_parameters() if marker in n}
+
+    def state_dict(self, model_id: str) -> dict[str, torch.Tensor]:
+        self.activate(model_id)
+        return get_peft_model_state_dict(self.model, adapter_name=adapter_name(model_id))
+
+    def load_state_dict(self, model_id: str, tensors: dict[str, torch.Tensor]) -> None:
+        self.activate(model_id)
+        params = self.parameters(model_id)
+        missing = set(params) - set(tensors)
+        unexpected = set(tensors) - set(params)
+        if missing or unexpected:
+            raise InvalidInput(
+                "checkpoint",
+                f"adapter tensors do not match: missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}",
+            )
+        for name, p in params.items():
+            if tuple(tensors[name].shape) != tuple(p.shape):
+                raise InvalidInput(
+                    "checkpoint",
+                    f"{name} has shape {list(tensors[name].shape)}, expected {list(p.shape)}",
+                )
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(tensors[name])
+                p.grad = None
+
+    def peft_config(self, model_id: str) -> peft.LoraConfig:
+        return self.model.peft_config[adapter_name(model_id)]
+
+    # -- internals -------------------------------------------------------------------------
+    def _entry(self, model_id: str) -> _Entry:
+        try:
+            return self._entries[model_id]
+        except KeyError:
+            raise UnknownAdapter(model_id) from None
+
+    def _inject(self, model_id: str, cfg: AdapterConfig, pcfg: peft.LoraConfig) -> None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
+            self.model.add_adapter(adapter_name(model_id), pcfg)
+        # peft creates the new adapter's weights in the base dtype on its device; train in fp32.
+        for p in self.parameters(model_id).values():
+            p.data = p.data.float()
+
+    def _make_room(self) -> None:
+        while len(self._lru) >= self.max_loaded:
+            victim, _ = self._lru.popitem(last=False)
+            self._evict(self._entries[victim])
+
+    def _spill_path(self, model_id: str) -> Path:
+        return self.spill_dir / f"{adapter_name(model_id)}.pt"
+
+    def _evict(self, entry: _Entry) -> None:
+        params = self.parameters(entry.model_id)
+        blob = {
+            "weights": {k: p.detach().cpu().clone() for k, p in params.items()},
+            "grads": {k: p.grad.cpu().clone() for k, p in params.items() if p.grad is not None},
+            "optimizer_step": entry.optimizer.step,
+            "optimizer": {k: v.cpu() for k, v in entry.optimizer.tensors().items()},
+        }
+        torch.save(blob, self._spill_path(entry.model_id))
+        self.model.delete_adapter(adapter_name(entry.model_id))
+        entry.optimizer = AdamState()
+        entry.loaded = False
+
+    def _reload(self, entry: _Entry) -> None:
+        path = self._spill_path(entry.model_id)
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        self._inject(entry.model_id, entry.config, peft_config(entry.config, self.targets))
+        entry.loaded = True
+        self._lru[entry.model_id] = None
+        device = next(iter(self.parameters(entry.model_id).values())).device
+        params = self.parameters(entry.model_id)
+        with torch.no_grad():
+            for k, p in params.items():
+                p.copy_(blob["weights"][k])
+                p.grad = blob["grads"][k].to(device) if k in blob["grads"] else None
+        entry.optimizer = AdamState.from_tensors(blob["optimizer_step"], blob["optimizer"]).to(
+            device
+        )
+        path.unlink()

@@ -1,0 +1,174 @@
+"""Validate datums against a base model and pack them into padded tensors.
+
+Validation happens before any tensor touches the model, so a bad datum never half-applies.
+Position ``i`` of a datum's input predicts ``target_tokens[i]``; every loss input has the
+input's length ``N``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from loopwright.types import Datum
+
+from .errors import InvalidInput
+from .losses import LossSpec
+
+_INT_INPUTS = {"target_tokens"}
+
+
+@dataclass
+class PackedDatum:
+    """One validated datum: its tokens and its loss inputs as 1-D arrays of length N."""
+
+    index: int
+    tokens: np.ndarray
+    inputs: dict[str, np.ndarray]
+
+    @property
+    def length(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+@dataclass
+class Batch:
+    """Right-padded tensors for a group of datums; ``mask_B_T`` is true on real positions."""
+
+    indices: list[int]
+    input_ids_B_T: torch.Tensor
+    targets_B_T: torch.Tensor
+    mask_B_T: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    lengths: list[int]
+
+
+def tokens_of(model_input: object, field: str, vocab_size: int, context_length: int) -> np.ndarray:
+    """The token ids of a ModelInput, checked against the vocabulary and the context."""
+    try:
+        tokens = np.asarray(model_input.to_ints(), dtype=np.int64)  # type: ignore[attr-defined]
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(field, f"only encoded_text chunks are supported ({exc})") from exc
+    if tokens.size == 0:
+        raise InvalidInput(field, "is empty")
+    if tokens.size > context_length:
+        raise InvalidInput(
+            field, f"has {tokens.size} tokens, over the model's context length {context_length}"
+        )
+    _check_token_range(tokens, field, vocab_size)
+    return tokens
+
+
+def _check_token_range(tokens: np.ndarray, field: str, vocab_size: int) -> None:
+    bad = np.flatnonzero((tokens < 0) | (tokens >= vocab_size))
+    if bad.size:
+        i = int(bad[0])
+        raise InvalidInput(
+            field,
+            f"token id {int(tokens[i])} at position {i} is outside the vocabulary [0, {vocab_size})",
+        )
+
+
+def validate_datums(
+    data: Sequence[Datum], spec: LossSpec, loss_name: str, vocab_size: int, context_length: int
+) -> list[PackedDatum]:
+    if not data:
+        raise InvalidInput("data", "must hold at least one datum")
+    packed = []
+    for i, datum in enumerate(data):
+        where = f"data[{i}]"
+        tokens = tokens_of(datum.model_input, f"{where}.model_input", vocab_size, context_length)
+        packed.append(
+            PackedDatum(
+                i, tokens, _loss_inputs(datum, where, tokens.size, spec, loss_name, vocab_size)
+            )
+        )
+    return packed
+
+
+def _loss_inputs(
+    datum: Datum, where: str, n: int, spec: LossSpec, loss_name: str, vocab_size: int
+) -> dict[str, np.ndarray]:
+    given = datum.loss_fn_inputs
+    for key in given:
+        if key not in spec.accepted_inputs:
+            raise InvalidInput(
+                f"{where}.loss_fn_inputs.{key}",
+                f"not an input of {loss_name}; accepted: {list(spec.accepted_inputs)}",
+            )
+    for key in ("target_tokens", *spec.required):
+        if key not in given:
+            raise InvalidInput(f"{where}.loss_fn_inputs.{key}", f"required by {loss_name}")
+    out: dict[str, np.ndarray] = {}
+    for key, tensor in given.items():
+        field = f"{where}.loss_fn_inputs.{key}"
+        try:
+            arr = np.asarray(tensor.to_numpy())
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(field, f"cannot be decoded ({exc})") from exc
+        arr = arr.reshape(-1) if arr.ndim == 1 else arr
+        if arr.ndim != 1 or arr.shape[0] != n:
+            raise InvalidInput(
+                field, f"has shape {list(arr.shape)}, expected [{n}] (the input's length)"
+            )
+        if key in _INT_INPUTS:
+            if arr.dtype.kind not in "iu":
+                raise InvalidInput(field, "must be int64 token ids")
+            arr = arr.astype(np.int64)
+            _check_token_range(arr, field, vocab_size)
+        else:
+            arr = arr.astype(np.float32)
+            if not np.isfinite(arr).all():
+                i = int(np.flatnonzero(~np.isfinite(arr))[0])
+                raise InvalidInput(field, f"holds a non-finite value ({arr[i]}) at position {i}")
+        out[key] = arr
+    if "weights" in spec.accepted_inputs and "weights" not in out:
+        out["weights"] = np.ones(n, dtype=np.float32)
+    return out
+
+
+def group_by_budget(datums: Sequence[PackedDatum], max_tokens: int) -> list[list[PackedDatum]]:
+    """Split datums (longest first) into groups whose padded size stays within ``max_tokens``."""
+    ordered = sorted(datums, key=lambda d: -d.length)
+    groups: list[list[PackedDatum]] = []
+    for d in ordered:
+        if groups and (len(groups[-1]) + 1) * groups[-1][0].length <= max_tokens:
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    return groups
+
+
+def pack(group: Sequence[PackedDatum], device: torch.device) -> Batch:
+    """Right-pad a group: padding after the end never influences earlier causal positions."""
+    b, t = len(group), max(d.length for d in group)
+    ids = np.zeros((b, t), dtype=np.int64)
+    mask = np.zeros((b, t), dtype=bool)
+    keys = group[0].inputs.keys()
+    inputs = {k: np.zeros((b, t), dtype=group[0].inputs[k].dtype) for k in keys}
+    for row, d in enumerate(group):
+        ids[row, : d.length] = d.tokens
+        mask[row, : d.length] = True
+        for k in keys:
+            inputs[k][row, : d.length] = d.inputs[k]
+    tensors = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}
+    return Batch(
+        indices=[d.index for d in group],
+        input_ids_B_T=torch.from_numpy(ids).to(device),
+        targets_B_T=tensors.pop("target_tokens"),
+        mask_B_T=torch.from_numpy(mask).to(device),
+        inputs=tensors,
+        lengths=[d.length for d in group],
+    )
+
+
+def padded_tokens(group: Sequence[PackedDatum]) -> int:
+    return len(group) * max(d.length for d in group) if group else 0
+
+
+def is_finite_number(x: float) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

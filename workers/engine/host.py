@@ -1,0 +1,296 @@
+"""The model host: one frozen base model, many sessions' LoRA adapters, every engine operation.
+
+A host is used by one worker process; calls are serialised by a lock. Inputs are the SDK's wire
+types; outputs too. Every operation validates its whole input before it touches the model, so a
+rejected request leaves the session exactly as it was.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from loopwright.types import (
+    AdamParams,
+    ForwardBackwardInput,
+    ForwardBackwardOutput,
+    OptimStepResponse,
+    TensorData,
+)
+
+from . import batch as batching
+from . import checkpoints
+from .adapters import AdapterConfig, AdapterPool, adapter_name
+from .catalog import MaterializedModel, ModelCatalog, default_catalog
+from .errors import CheckpointError, InvalidInput
+from .losses import resolve_loss
+from .optim import AdamHyper, adamw_step
+from .sampler import SampleJob, Sampler, SampleResult
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """How a host loads its base model and how much it holds."""
+
+    device: str = "cpu"
+    dtype: str | None = None  # default: float32 on CPU, bfloat16 on an accelerator
+    max_loaded_adapters: int = 16
+    max_lora_rank: int = 128
+    max_batch_tokens: int = 16384  # padded tokens per forward/backward micro-batch
+    spill_dir: Path | None = None
+
+    def torch_dtype(self) -> torch.dtype:
+        name = self.dtype or ("float32" if self.device == "cpu" else "bfloat16")
+        return getattr(torch, name)
+
+
+class ModelHost:
+    def __init__(
+        self, base_model: str, config: HostConfig | None = None, catalog: ModelCatalog | None = None
+    ) -> None:
+        self.config = config or HostConfig()
+        self.catalog = catalog or default_catalog()
+        self.materialized: MaterializedModel = self.catalog.materialize(base_model)
+        self.base_model = base_model
+        self.device = torch.device(self.config.device)
+        self.dtype = self.config.torch_dtype()
+        started = time.perf_counter()
+        model = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
+        model.to(self.device).requires_grad_(False)
+        self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
+            self.materialized.path
+        )
+        self.load_seconds = time.perf_counter() - started
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.context_length = self.materialized.spec.context_length
+        spill = self.config.spill_dir or (self.catalog.cache_dir / "spill" / f"host-{id(self):x}")
+        self.pool = AdapterPool(
+            model,
+            max_loaded=self.config.max_loaded_adapters,
+            max_rank=self.config.max_lora_rank,
+            spill_dir=Path(spill),
+        )
+        self.sampler = Sampler(
+            self.pool.model, self.tokenizer, self.vocab_size, self.context_length, self.device
+        )
+        self._lock = threading.RLock()
+
+    # -- adapters --------------------------------------------------------------------------
+    def create_adapter(self, model_id: str, lora: AdapterConfig) -> None:
+        with self._lock:
+            self.pool.create(model_id, lora)
+
+    def remove_adapter(self, model_id: str) -> None:
+        with self._lock:
+            self.pool.remove(model_id)
+
+    def has_adapter(self, model_id: str) -> bool:
+        return model_id in self.pool
+
+    # -- training --------------------------------------------------------------------------
+    def forward(self, model_id: str | None, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
+        """Loss and per-token logprobs without gradients (``model_id=None``: the base model)."""
+        with self._lock:
+            return self._run(model_id, fwd, backward=False)
+
+    def forward_backward(self, model_id: str, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
+        """Accumulate gradients of the summed loss into the adapter until ``optim_step``."""
+        with self._lock:
+            return self._run(model_id, fwd, backward=True)
+
+    def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
+        with self._lock:
+            hp = AdamHyper(**adam.model_dump(include=set(AdamHyper.__dataclass_fields__)))
+            hp.validate()
+            params = self.pool.activate(model_id)
+            metrics = adamw_step(params, self.pool.optimizer(model_id), hp)
+            return OptimStepResponse(metrics=metrics)
+
+    def _run(
+        self, model_id: str | None, fwd: ForwardBackwardInput, *, backward: bool
+    ) -> ForwardBackwardOutput:
+        spec, cfg = resolve_loss(fwd.loss_fn, fwd.loss_fn_config)
+        datums = batching.validate_datums(
+            fwd.data, spec, fwd.loss_fn, self.vocab_size, self.context_length
+        )
+        params = self.pool.activate(model_id) if model_id is not None else {}
+        saved_grads = {k: None if p.grad is None else p.grad.clone() for k, p in params.items()}
+        logprobs: dict[int, np.ndarray] = {}
+        losses: dict[int, np.ndarray] = {}
+        total = 0.0
+        try:
+            for group in batching.group_by_budget(datums, self.config.max_batch_tokens):
+                b = batching.pack(group, self.device)
+                with torch.set_grad_enabled(backward), self._adapter_scope(model_id):
+                    p_B_T = self._target_logprobs(b.input_ids_B_T, b.targets_B_T)
+                    loss_B_T = spec.fn(p_B_T, b.inputs, cfg) * b.mask_B_T
+                    self._check_finite(loss_B_T, b, fwd.loss_fn)
+                    loss = loss_B_T.sum()
+                    if backward:
+                        loss.backward()
+                total += float(loss.detach())
+                for row, index in enumerate(b.indices):
+                    n = b.lengths[row]
+                    logprobs[index] = p_B_T[row, :n].detach().float().cpu().numpy()
+                    losses[index] = loss_B_T[row, :n].detach().float().cpu().numpy()
+        except BaseException:
+            # Nothing half-applied: gradients return to what they were before this call.
+            for k, p in params.items():
+                p.grad = saved_grads[k]
+            raise
+        outputs = [
+            {
+                "logprobs": TensorData.from_numpy(logprobs[i]),
+                "elementwise_loss": TensorData.from_numpy(losses[i]),
+            }
+            for i in range(len(datums))
+        ]
+        metrics = {"loss:sum": total, "tokens:sum": float(sum(d.length for d in datums))}
+        return ForwardBackwardOutput(
+            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics=metrics
+        )
+
+    def _adapter_scope(self, model_id: str | None):
+        if model_id is None:
+            return self.pool.model.disable_adapter()
+        return _nullcontext()
+
+    def _target_logprobs(
+        self, input_ids_B_T: torch.Tensor, targets_B_T: torch.Tensor
+    ) -> torch.Tensor:
+        logits_B_T_V = self.pool.model(input_ids=input_ids_B_T, use_cache=False).logits.float()
+        picked = logits_B_T_V.gather(-1, targets_B_T.unsqueeze(-1)).squeeze(-1)
+        return picked - torch.logsumexp(logits_B_T_V, dim=-1)
+
+    @staticmethod
+    def _check_finite(loss_B_T: torch.Tensor, b: batching.Batch, loss_fn: str) -> None:
+        bad = ~torch.isfinite(loss_B_T.detach())
+        if bool(bad.any()):
+            row, col = (int(x) for x in bad.nonzero()[0])
+            raise InvalidInput(
+                f"data[{b.indices[row]}]",
+                f"{loss_fn} loss is not finite at position {col} (check logprobs and advantages)",
+            )
+
+    # -- sampling --------------------------------------------------------------------------
+    def sample(self, model_id: str | None, jobs: Sequence[SampleJob]) -> list[SampleResult]:
+        """Sample for several requests of one adapter (``None``: the base model) in one batch."""
+        with self._lock:
+            if model_id is None:
+                with self.pool.model.disable_adapter():
+                    return self.sampler.run(jobs)
+            self.pool.activate(model_id)
+            return self.sampler.run(jobs)
+
+    def compute_logprobs(self, model_id: str | None, tokens: Sequence[int]) -> list[float | None]:
+        job = SampleJob(prompt=list(tokens), num_samples=1, max_tokens=1, prompt_logprobs=True)
+        return self.sample(model_id, [job])[0].prompt_logprobs or []
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def save_state(
+        self, model_id: str, directory: Path, *, optimizer: bool = True
+    ) -> checkpoints.CheckpointMeta:
+        """Training state (adapter + AdamW) or, with ``optimizer=False``, sampler weights."""
+        with self._lock:
+            tensors = self.pool.state_dict(model_id)
+            pcfg = self.pool.peft_config(model_id).to_dict()
+            pcfg["base_model_name_or_path"] = str(self.materialized.path)
+            pcfg["target_modules"] = (
+                pcfg["target_modules"]
+                if isinstance(pcfg["target_modules"], str)
+                else sorted(pcfg["target_modules"])
+            )
+            return checkpoints.write(
+                Path(directory),
+                kind=checkpoints.TRAINING_STATE if optimizer else checkpoints.SAMPLER_WEIGHTS,
+                base_model=self.base_model,
+                lora=self.pool.config(model_id),
+                adapter_tensors=tensors,
+                peft_config_json=_jsonable(pcfg),
+                optimizer=self.pool.optimizer(model_id) if optimizer else None,
+            )
+
+    def load_state(
+        self, model_id: str, directory: Path, *, optimizer: bool
+    ) -> checkpoints.CheckpointMeta:
+        """Load adapter weights (and AdamW state) into an existing adapter of the same shape."""
+        with self._lock:
+            directory = Path(directory)
+            meta = checkpoints.read_meta(directory)
+            if meta.base_model != self.base_model:
+                raise CheckpointError(
+                    f"checkpoint is for base model {meta.base_model!r}, this model is {self.base_model!r}"
+                )
+            current = self.pool.config(model_id)
+            if (
+                meta.lora.rank,
+                meta.lora.train_attn,
+                meta.lora.train_mlp,
+                meta.lora.train_unembed,
+            ) != (current.rank, current.train_attn, current.train_mlp, current.train_unembed):
+                raise CheckpointError(
+                    f"checkpoint LoRA config {meta.lora} does not match the model's {current}"
+                )
+            tensors = checkpoints.read_adapter(directory)
+            state = checkpoints.read_optimizer(directory, meta) if optimizer else None
+            self.pool.load_state_dict(model_id, tensors)
+            if state is not None:
+                device = next(iter(self.pool.parameters(model_id).values())).device
+                self.pool.set_optimizer(model_id, state.to(device))
+            return meta
+
+    def load_adapter_from(self, model_id: str, directory: Path) -> checkpoints.CheckpointMeta:
+        """Create an adapter from a checkpoint (for sampling from saved weights)."""
+        with self._lock:
+            meta = checkpoints.read_meta(Path(directory))
+            self.pool.create(model_id, meta.lora)
+            try:
+                self.load_state(model_id, Path(directory), optimizer=False)
+            except BaseException:
+                self.pool.remove(model_id)
+                raise
+            return meta
+
+    def export_merged(self, model_id: str, directory: Path) -> Path:
+        """A full model with the adapter merged in, loadable by plain transformers."""
+        from peft import PeftModel
+
+        with self._lock:
+            tmp = Path(directory).with_name(Path(directory).name + ".adapter")
+            self.save_state(model_id, tmp, optimizer=False)
+            base = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
+            merged = PeftModel.from_pretrained(base, tmp).merge_and_unload()
+            merged.save_pretrained(directory)
+            self.tokenizer.save_pretrained(directory)
+            import shutil
+
+            shutil.rmtree(tmp)
+            return Path(directory)
+
+    def adapter_key(self, model_id: str) -> str:
+        return adapter_name(model_id)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple | set):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, str | int | float | bool) or obj is None:
+        return obj
+    return str(obj)

@@ -1,0 +1,126 @@
+"""AdamW with decoupled weight decay and global-norm gradient clipping, state keyed by name.
+
+State is keyed by parameter name (not by tensor identity) so an adapter can be evicted, saved
+and reloaded into new tensors and continue bit-exactly. The update follows torch.optim.AdamW.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class AdamHyper:
+    learning_rate: float = 1e-4
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-12
+    weight_decay: float = 0.0
+    grad_clip_norm: float = 0.0
+
+    def validate(self) -> None:
+        checks = {
+            "learning_rate": self.learning_rate >= 0,
+            "beta1": 0 <= self.beta1 < 1,
+            "beta2": 0 <= self.beta2 < 1,
+            "eps": self.eps >= 0,
+            "weight_decay": self.weight_decay >= 0,
+            "grad_clip_norm": self.grad_clip_norm >= 0,
+        }
+        limits = {
+            "learning_rate": "≥ 0",
+            "beta1": "in [0, 1)",
+            "beta2": "in [0, 1)",
+            "eps": "≥ 0",
+            "weight_decay": "≥ 0",
+            "grad_clip_norm": "≥ 0 (0 turns clipping off)",
+        }
+        for name, ok in checks.items():
+            value = getattr(self, name)
+            if not math.isfinite(value) or not ok:
+                raise InvalidInput(f"adam_params.{name}", f"{value} is not {limits[name]}")
+
+
+@dataclass
+class AdamState:
+    """Moments per parameter name and the number of steps taken."""
+
+    step: int = 0
+    exp_avg: dict[str, torch.Tensor] = field(default_factory=dict)
+    exp_avg_sq: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        out = {f"exp_avg/{k}": v for k, v in self.exp_avg.items()}
+        out.update({f"exp_avg_sq/{k}": v for k, v in self.exp_avg_sq.items()})
+        return out
+
+    @classmethod
+    def from_tensors(cls, step: int, tensors: Mapping[str, torch.Tensor]) -> AdamState:
+        state = cls(step=step)
+        for key, value in tensors.items():
+            kind, _, name = key.partition("/")
+            getattr(state, kind)[name] = value
+        return state
+
+    def to(self, device: torch.device) -> AdamState:
+        return AdamState(
+            self.step,
+            {k: v.to(device) for k, v in self.exp_avg.items()},
+            {k: v.to(device) for k, v in self.exp_avg_sq.items()},
+        )
+
+
+def global_grad_norm(params: Mapping[str, torch.Tensor]) -> float:
+    grads = [p.grad for p in params.values() if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(
+        torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+    )
+
+
+@torch.no_grad()
+def adamw_step(
+    params: Mapping[str, torch.nn.Parameter], state: AdamState, hp: AdamHyper
+) -> dict[str, float]:
+    """One AdamW update over every parameter that has a gradient; grads are cleared after."""
+    hp.validate()
+    grad_norm = global_grad_norm(params)
+    if not math.isfinite(grad_norm):
+        raise InvalidInput("gradients", f"global gradient norm is {grad_norm}; step not applied")
+    clip_coef = 1.0
+    if hp.grad_clip_norm > 0 and grad_norm > hp.grad_clip_norm:
+        clip_coef = hp.grad_clip_norm / (grad_norm + 1e-6)
+    state.step += 1
+    bias1 = 1 - hp.beta1**state.step
+    bias2_sqrt = math.sqrt(1 - hp.beta2**state.step)
+    step_size = hp.learning_rate / bias1
+    for name, p in params.items():
+        grad = p.grad
+        if grad is None:
+            continue
+        if clip_coef != 1.0:
+            grad = grad * clip_coef
+        m = state.exp_avg.get(name)
+        if m is None:
+            m = state.exp_avg[name] = torch.zeros_like(p)
+            state.exp_avg_sq[name] = torch.zeros_like(p)
+        v = state.exp_avg_sq[name]
+        p.mul_(1 - hp.learning_rate * hp.weight_decay)
+        m.lerp_(grad, 1 - hp.beta1)
+        v.mul_(hp.beta2).addcmul_(grad, grad, value=1 - hp.beta2)
+        denom = (v.sqrt() / bias2_sqrt).add_(hp.eps)
+        p.addcdiv_(m, denom, value=-step_size)
+        p.grad = None
+    return {
+        "grad_norm:mean": grad_norm,
+        "grad_clip_coef:mean": clip_coef,
+        "learning_rate:mean": hp.learning_rate,
+        "step:max": float(state.step),
+    }
