@@ -8,9 +8,12 @@ spilled to disk (weights, pending gradients, optimizer state) and come back tran
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import warnings
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -126,6 +129,7 @@ class AdapterPool:
         return self._entry(model_id).config
 
     def optimizer(self, model_id: str) -> AdamState:
+        self.activate(model_id)  # an evicted adapter's optimizer state lives on disk
         return self._entry(model_id).optimizer
 
     def set_optimizer(self, model_id: str, state: AdamState) -> None:
@@ -162,20 +166,26 @@ class AdapterPool:
             self._reload(entry)
         self._lru.move_to_end(model_id)
         self.model.set_adapter(adapter_name(model_id))
-        return self.parameters(model_id)
+        return self._params(model_id)
 
     def parameters(self, model_id: str) -> dict[str, torch.nn.Parameter]:
-        """The adapter's parameters under peft's saved-key names (adapter name removed)."""
+        """The adapter's parameters (loading it if evicted), under peft's saved-key names."""
+        return self.activate(model_id)
+
+    def _params(self, model_id: str) -> dict[str, torch.nn.Parameter]:
         marker = "." + adapter_name(model_id) + "."
         return {n.replace(marker, "."): p for n, p in self.model.named_parameters() if marker in n}
 
     def state_dict(self, model_id: str) -> dict[str, torch.Tensor]:
         self.activate(model_id)
-        return get_peft_model_state_dict(self.model, adapter_name=adapter_name(model_id))
+        # Only the LoRA matrices: never the (frozen) base unembedding, even when lm_head is adapted.
+        return get_peft_model_state_dict(
+            self.model, adapter_name=adapter_name(model_id), save_embedding_layers=False
+        )
 
     def load_state_dict(self, model_id: str, tensors: dict[str, torch.Tensor]) -> None:
         self.activate(model_id)
-        params = self.parameters(model_id)
+        params = self._params(model_id)
         missing = set(params) - set(tensors)
         unexpected = set(tensors) - set(params)
         if missing or unexpected:
@@ -207,9 +217,10 @@ class AdapterPool:
     def _inject(self, model_id: str, cfg: AdapterConfig, pcfg: peft.LoraConfig) -> None:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
-            self.model.add_adapter(adapter_name(model_id), pcfg)
+            with _quiet():
+                self.model.add_adapter(adapter_name(model_id), pcfg)
         # peft creates the new adapter's weights in the base dtype on its device; train in fp32.
-        for p in self.parameters(model_id).values():
+        for p in self._params(model_id).values():
             p.data = p.data.float()
 
     def _make_room(self) -> None:
@@ -221,7 +232,7 @@ class AdapterPool:
         return self.spill_dir / f"{adapter_name(model_id)}.pt"
 
     def _evict(self, entry: _Entry) -> None:
-        params = self.parameters(entry.model_id)
+        params = self._params(entry.model_id)
         blob = {
             "weights": {k: p.detach().cpu().clone() for k, p in params.items()},
             "grads": {k: p.grad.cpu().clone() for k, p in params.items() if p.grad is not None},
@@ -239,8 +250,8 @@ class AdapterPool:
         self._inject(entry.model_id, entry.config, peft_config(entry.config, self.targets))
         entry.loaded = True
         self._lru[entry.model_id] = None
-        device = next(iter(self.parameters(entry.model_id).values())).device
-        params = self.parameters(entry.model_id)
+        device = next(iter(self._params(entry.model_id).values())).device
+        params = self._params(entry.model_id)
         with torch.no_grad():
             for k, p in params.items():
                 p.copy_(blob["weights"][k])
@@ -249,3 +260,12 @@ class AdapterPool:
             device
         )
         path.unlink()
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """peft warns about tied unembeddings (merges untie first) and transformers deprecations."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+        yield

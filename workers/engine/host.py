@@ -7,6 +7,8 @@ rejected request leaves the session exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -15,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from loopwright.types import (
     AdamParams,
@@ -52,6 +56,8 @@ class HostConfig:
 
 
 class ModelHost:
+    """One base model in memory and the LoRA adapters of the sessions placed on it."""
+
     def __init__(
         self, base_model: str, config: HostConfig | None = None, catalog: ModelCatalog | None = None
     ) -> None:
@@ -61,6 +67,7 @@ class ModelHost:
         self.base_model = base_model
         self.device = torch.device(self.config.device)
         self.dtype = self.config.torch_dtype()
+        hf_logging.disable_progress_bar()
         started = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
         model.to(self.device).requires_grad_(False)
@@ -160,7 +167,7 @@ class ModelHost:
     def _adapter_scope(self, model_id: str | None):
         if model_id is None:
             return self.pool.model.disable_adapter()
-        return _nullcontext()
+        return contextlib.nullcontext()
 
     def _target_logprobs(
         self, input_ids_B_T: torch.Tensor, targets_B_T: torch.Tensor
@@ -260,30 +267,37 @@ class ModelHost:
 
     def export_merged(self, model_id: str, directory: Path) -> Path:
         """A full model with the adapter merged in, loadable by plain transformers."""
-        from peft import PeftModel
-
         with self._lock:
-            tmp = Path(directory).with_name(Path(directory).name + ".adapter")
-            self.save_state(model_id, tmp, optimizer=False)
-            base = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
-            merged = PeftModel.from_pretrained(base, tmp).merge_and_unload()
-            merged.save_pretrained(directory)
-            self.tokenizer.save_pretrained(directory)
-            import shutil
-
-            shutil.rmtree(tmp)
-            return Path(directory)
+            directory = Path(directory)
+            tmp = directory.with_name(directory.name + ".adapter")
+            try:
+                self.save_state(model_id, tmp, optimizer=False)
+                base = AutoModelForCausalLM.from_pretrained(
+                    self.materialized.path, dtype=self.dtype
+                )
+                if self.pool.config(model_id).train_unembed:
+                    _untie_output_embeddings(base)
+                merged = PeftModel.from_pretrained(base, tmp).merge_and_unload()
+                merged.save_pretrained(directory)
+                self.tokenizer.save_pretrained(directory)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            return directory
 
     def adapter_key(self, model_id: str) -> str:
         return adapter_name(model_id)
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def _untie_output_embeddings(model: torch.nn.Module) -> None:
+    """Merging a LoRA into a tied unembedding would also change the input embeddings."""
+    if not getattr(model.config, "tie_word_embeddings", False):
+        return
+    out = model.get_output_embeddings()
+    out.weight = torch.nn.Parameter(out.weight.detach().clone())
+    model.config.tie_word_embeddings = False
+    text_config = getattr(model.config, "get_text_config", lambda: None)()
+    if text_config is not None:
+        text_config.tie_word_embeddings = False
 
 
 def _jsonable(obj):

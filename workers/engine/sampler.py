@@ -211,7 +211,8 @@ class Sampler:
             if len(keep) < len(active):
                 keep_t = torch.tensor(keep, device=self.device)
                 cache.batch_select_indices(keep_t)
-                mask_R_L, positions_R, tokens = mask_R_L[keep_t], positions_R[keep_t], tokens[keep]
+                mask_R_L, positions_R = mask_R_L[keep_t], positions_R[keep_t]
+                tokens = [tokens[p] for p in keep]
                 active = [active[p] for p in keep]
             mask_R_L = torch.cat([mask_R_L, mask_R_L.new_ones(len(active), 1)], dim=1)
             positions_R = positions_R + 1

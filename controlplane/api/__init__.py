@@ -1,0 +1,1 @@
+"""Wire views of the Tinker JSON protocol."""
