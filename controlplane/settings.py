@@ -1,7 +1,9 @@
 """Control-plane settings, read from the environment (django-environ).
 
-Embedded default: SQLite under ``LOOPWRIGHT_DATA_DIR`` (./var); set ``DATABASE_URL`` for
-PostgreSQL (``postgres://user@host:5432/name``) in CI and production.
+Embedded default: SQLite and a filesystem broker under ``LOOPWRIGHT_DATA_DIR`` (./var), so the
+whole service runs without a database or broker server. Set ``DATABASE_URL``
+(``postgres://user@host:5432/name``) and ``LOOPWRIGHT_BROKER_URL`` (``redis://...`` or
+``amqp://...``) in CI and production.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "rest_framework",
+    "controlplane.tenants",
+    "controlplane.fleet",
+    "controlplane.training_sessions",
     "controlplane.api",
 ]
 
 MIDDLEWARE = [
+    "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
 ]
@@ -36,13 +42,43 @@ WSGI_APPLICATION = "controlplane.wsgi.application"
 DATABASES = {
     "default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'loopwright.sqlite3'}"),
 }
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # Many threads (long polls) and a worker process share one file: wait for locks, don't fail.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
 TIME_ZONE = "UTC"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [],
-    "DEFAULT_PERMISSION_CLASSES": [],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["controlplane.tenants.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+}
+
+# -- Loopwright ----------------------------------------------------------------------------
+BROKER_URL = env.str("LOOPWRIGHT_BROKER_URL", default="filesystem://")
+BROKER_DIR = DATA_DIR / "broker"
+STORAGE_DIR = Path(env.str("LOOPWRIGHT_STORAGE_DIR", default=str(DATA_DIR / "storage")))
+MAX_REQUEST_BYTES = env.int("LOOPWRIGHT_MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
+LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)
+SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
+WORKER_STALE_SECONDS = env.int("LOOPWRIGHT_WORKER_STALE_SECONDS", default=30)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOOPWRIGHT_LOG_LEVEL", default="INFO")},
 }

@@ -1,0 +1,1 @@
+"""Wire views, one module per area; each validates, calls one service, serializes."""

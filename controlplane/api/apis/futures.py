@@ -1,0 +1,33 @@
+"""retrieve_future: long-poll an operation until it finishes or the poll times out (408)."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import Operation
+from loopwright.types import FutureRetrieveRequest
+
+from ..parsing import parse, public, tenant_of
+
+
+@api_view(["POST"])
+def retrieve_future(request: Request) -> Response:
+    req = parse(request, FutureRetrieveRequest)
+    op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
+    deadline = time.monotonic() + settings.LONG_POLL_SECONDS
+    pause = 0.002
+    while op.status not in Operation.FINISHED and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.05)
+        op.refresh_from_db(fields=["status", "result", "error", "error_category"])
+    if op.status == Operation.Status.DONE:
+        return Response(public(op.result))
+    if op.status == Operation.Status.FAILED:
+        return Response({"error": op.error, "category": op.error_category or "server"})
+    return Response({"type": "try_again", "request_id": op.id, "queue_state": "active"}, status=408)

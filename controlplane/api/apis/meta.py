@@ -1,0 +1,69 @@
+"""Endpoints about the service itself: health, client config, capabilities, base models."""
+
+from __future__ import annotations
+
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.fleet.selectors import base_model_get, served_base_models
+from controlplane.training_sessions.errors import NotFound
+from loopwright.types import (
+    ClientConfigResponse,
+    GetServerCapabilitiesResponse,
+    HealthResponse,
+    SupportedModel,
+)
+
+
+@api_view(["GET"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+def healthz(request: Request) -> Response:
+    return Response(HealthResponse(status="ok").model_dump(mode="json"))
+
+
+@api_view(["POST"])
+def client_config(request: Request) -> Response:
+    # The official SDK asks first; protobuf transports stay off (JSON protocol).
+    return Response(ClientConfigResponse(use_pyqwest_transport=False).model_dump(mode="json"))
+
+
+@api_view(["GET"])
+def get_server_capabilities(request: Request) -> Response:
+    models = [SupportedModel(model_name=m.name, max_context_length=m.context_length) for m in served_base_models()]
+    return Response(GetServerCapabilitiesResponse(supported_models=models).model_dump(mode="json"))
+
+
+@api_view(["GET"])
+def base_models(request: Request) -> Response:
+    return Response(
+        {
+            "base_models": [
+                {
+                    "name": m.name,
+                    "context_length": m.context_length,
+                    "description": m.description,
+                    "chat_template": m.chat_template,
+                }
+                for m in served_base_models()
+            ]
+        }
+    )
+
+
+@api_view(["GET"])
+def tokenizer(request: Request) -> Response:
+    """The tokenizer files of a base model, so clients never reach a model hub."""
+    name = request.query_params.get("name", "")
+    model = base_model_get(name)
+    if model is None:
+        raise NotFound(f"base model {name!r} not found", field="name")
+    return Response({"base_model": model.name, "files": model.tokenizer_files})
+
+
+@api_view(["POST"])
+def telemetry(request: Request) -> Response:
+    """The official SDK reports client telemetry here; accepted and not stored."""
+    return Response({"status": "accepted"})

@@ -1,0 +1,145 @@
+"""Training models: create, describe, unload; checkpoints and training runs."""
+
+from __future__ import annotations
+
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.fleet.selectors import base_model_get
+from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import Checkpoint, TrainingModel
+from controlplane.training_sessions.services import submit
+from loopwright.types import (
+    CreateModelRequest,
+    GetInfoRequest,
+    UnloadModelRequest,
+    UntypedAPIFuture,
+    WeightsInfoRequest,
+)
+
+from ..parsing import parse, tenant_of
+
+
+def future(op, model_id: str | None = None) -> Response:
+    return Response(UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(mode="json", exclude_none=True))
+
+
+@api_view(["POST"])
+def create_model(request: Request) -> Response:
+    req = parse(request, CreateModelRequest)
+    lora = req.lora_config.model_dump(mode="json") if req.lora_config else {"rank": 32}
+    lora.pop("type", None)
+    op = submit.model_create(
+        tenant=tenant_of(request),
+        session_id=req.session_id,
+        model_seq_id=req.model_seq_id,
+        base_model=req.base_model,
+        lora=lora,
+        user_metadata=req.user_metadata,
+    )
+    return future(op, op.model_id)
+
+
+@api_view(["POST"])
+def get_info(request: Request) -> Response:
+    req = parse(request, GetInfoRequest)
+    model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
+    base = base_model_get(model.base_model)
+    # model_name must load with AutoTokenizer.from_pretrained offline: the worker's folder.
+    name = base.tokenizer_path if base and base.tokenizer_path else model.base_model
+    return Response(
+        {
+            "type": "get_info",
+            "model_id": model.id,
+            "model_data": {"model_name": name, "arch": "llama", "tokenizer_id": model.base_model},
+            "is_lora": True,
+            "lora_rank": model.lora.get("rank"),
+            "model_name": model.base_model,
+            "state": model.state,
+            "lora": model.lora,
+        }
+    )
+
+
+@api_view(["POST"])
+def unload_model(request: Request) -> Response:
+    req = parse(request, UnloadModelRequest)
+    model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
+    return future(submit.model_unload(tenant=tenant_of(request), model=model), model.id)
+
+
+@api_view(["POST"])
+def weights_info(request: Request) -> Response:
+    req = parse(request, WeightsInfoRequest)
+    ckpt = selectors.checkpoint_by_path(tenant=tenant_of(request), tinker_path=req.tinker_path, field="tinker_path")
+    lora = ckpt.lora
+    return Response(
+        {
+            "base_model": ckpt.base_model,
+            "is_lora": True,
+            "lora_rank": lora.get("rank"),
+            "train_unembed": lora.get("train_unembed", True),
+            "train_mlp": lora.get("train_mlp", True),
+            "train_attn": lora.get("train_attn", True),
+            "lora_alpha": lora.get("alpha"),
+            "checkpoint_type": ckpt.kind,
+        }
+    )
+
+
+def checkpoint_json(c: Checkpoint) -> dict:
+    folder = "weights" if c.kind == Checkpoint.Kind.TRAINING else "sampler_weights"
+    return {
+        "checkpoint_id": f"{folder}/{c.name}",
+        "checkpoint_type": c.kind,
+        "time": c.created_at.isoformat(),
+        "tinker_path": c.tinker_path,
+        "size_bytes": c.size_bytes,
+        "public": False,
+        "expires_at": c.expires_at.isoformat() if c.expires_at else None,
+    }
+
+
+def run_json(m: TrainingModel) -> dict:
+    ckpts = list(m.checkpoints.order_by("-created_at"))
+    last_train = next((c for c in ckpts if c.kind == Checkpoint.Kind.TRAINING), None)
+    last_sampler = next((c for c in ckpts if c.kind == Checkpoint.Kind.SAMPLER), None)
+    return {
+        "training_run_id": m.id,
+        "base_model": m.base_model,
+        "model_owner": str(m.tenant_id),
+        "is_lora": True,
+        "corrupted": m.state == TrainingModel.State.FAILED,
+        "lora_rank": m.lora.get("rank"),
+        "last_request_time": m.last_request_at.isoformat(),
+        "last_checkpoint": checkpoint_json(last_train) if last_train else None,
+        "last_sampler_checkpoint": checkpoint_json(last_sampler) if last_sampler else None,
+        "user_metadata": m.user_metadata,
+        "state": m.state,
+        "session_id": m.session_id,
+    }
+
+
+@api_view(["GET"])
+def training_runs(request: Request) -> Response:
+    limit = min(int(request.query_params.get("limit", 20) or 20), 1000)
+    offset = int(request.query_params.get("offset", 0) or 0)
+    tenant = tenant_of(request)
+    runs = selectors.model_list(tenant=tenant, limit=limit, offset=offset)
+    total = TrainingModel.objects.filter(tenant=tenant).count()
+    return Response(
+        {"training_runs": [run_json(m) for m in runs], "cursor": {"offset": offset, "limit": limit, "total_count": total}}
+    )
+
+
+@api_view(["GET"])
+def training_run(request: Request, model_id: str) -> Response:
+    return Response(run_json(selectors.model_get(tenant=tenant_of(request), model_id=model_id)))
+
+
+@api_view(["GET"])
+def training_run_checkpoints(request: Request, model_id: str) -> Response:
+    tenant = tenant_of(request)
+    model = selectors.model_get(tenant=tenant, model_id=model_id)
+    return Response({"checkpoints": [checkpoint_json(c) for c in selectors.checkpoint_list(tenant=tenant, model=model)]})

@@ -1,0 +1,49 @@
+"""Samplers and sampling: requests run concurrently, batched per adapter on the worker."""
+
+from __future__ import annotations
+
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.training_sessions import selectors
+from controlplane.training_sessions.errors import SessionError
+from controlplane.training_sessions.services import submit
+from loopwright.types import CreateSamplingSessionRequest, SampleRequest
+
+from ..parsing import parse, tenant_of
+from .models import future
+
+
+@api_view(["POST"])
+def create_sampling_session(request: Request) -> Response:
+    req = parse(request, CreateSamplingSessionRequest)
+    sampler = submit.sampler_create(
+        tenant=tenant_of(request),
+        session_id=req.session_id,
+        seq=req.sampling_session_seq_id,
+        base_model=req.base_model,
+        model_path=req.model_path,
+        model_id=req.model_id,
+    )
+    return Response({"type": "create_sampling_session", "sampling_session_id": sampler.id})
+
+
+@api_view(["POST"])
+def asample(request: Request) -> Response:
+    req = parse(request, SampleRequest)
+    if not req.sampling_session_id:
+        raise SessionError("sampling_session_id is required (create a sampling session first)", field="sampling_session_id")
+    payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
+    op = submit.sample_submit(
+        tenant=tenant_of(request), sampling_session_id=req.sampling_session_id, seq_id=req.seq_id, payload=payload
+    )
+    return future(op)
+
+
+@api_view(["GET"])
+def sampler_detail(request: Request, sampler_id: str) -> Response:
+    s = selectors.sampler_get(tenant=tenant_of(request), sampling_session_id=sampler_id)
+    return Response(
+        {"sampler_id": s.id, "base_model": s.base_model, "model_path": s.model_path or None, "model_id": s.live_model_id}
+    )

@@ -1,0 +1,88 @@
+"""Client sessions: create, heartbeat, list, describe, stop."""
+
+from __future__ import annotations
+
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import Session
+from controlplane.training_sessions.services import sessions as services
+from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
+
+from ..parsing import parse, tenant_of
+
+
+def session_json(s: Session) -> dict:
+    models = list(s.models.order_by("created_at").values_list("id", flat=True))
+    samplers = list(s.sampling_sessions.order_by("created_at").values_list("id", flat=True))
+    return {
+        "session_id": s.id,
+        "name": s.name,
+        "state": s.state,
+        "created_at": s.created_at.isoformat(),
+        "last_heartbeat_at": s.last_heartbeat_at.isoformat() if s.last_heartbeat_at else None,
+        "ended_at": s.ended_at.isoformat() if s.ended_at else None,
+        "model_ids": models,
+        "sampling_session_ids": samplers,
+        "tags": s.tags,
+        "user_metadata": s.user_metadata,
+        "platform": s.platform,
+        # the official SDK's GetSessionResponse
+        "training_run_ids": models,
+        "sampler_ids": samplers,
+    }
+
+
+@api_view(["POST"])
+def create_session(request: Request) -> Response:
+    req = parse(request, CreateSessionRequest)
+    session = services.session_create(
+        tenant=tenant_of(request),
+        name=req.name or "",
+        tags=req.tags,
+        user_metadata=req.user_metadata,
+        sdk_version=req.sdk_version,
+        platform={k: getattr(req, k) for k in services.PLATFORM_FIELDS},
+    )
+    return Response(CreateSessionResponse(session_id=session.id).model_dump(mode="json"))
+
+
+@api_view(["POST"])
+def session_heartbeat(request: Request) -> Response:
+    req = parse(request, SessionHeartbeatRequest)
+    services.session_heartbeat(tenant=tenant_of(request), session_id=req.session_id)
+    return Response({"type": "session_heartbeat"})
+
+
+@api_view(["GET"])
+def session_list(request: Request) -> Response:
+    found = selectors.session_list(tenant=tenant_of(request), limit=_int(request, "limit", 100), offset=_int(request, "offset", 0))
+    # ``sessions`` (ids) is what the official SDK reads; ``session_infos`` has the details.
+    return Response({"sessions": [s.id for s in found], "session_infos": [session_json(s) for s in found]})
+
+
+@api_view(["GET"])
+def session_detail(request: Request, session_id: str) -> Response:
+    return Response(session_json(selectors.session_get(tenant=tenant_of(request), session_id=session_id)))
+
+
+@api_view(["POST"])
+def session_stop(request: Request, session_id: str) -> Response:
+    return Response(session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id)))
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    from controlplane.training_sessions.errors import SessionError
+
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SessionError(f"{name} must be an integer", field=name) from None
+    if value < 0 or (name == "limit" and not 1 <= value <= 1000):
+        raise SessionError(f"{name} is out of range", field=name)
+    return value

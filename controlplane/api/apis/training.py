@@ -1,0 +1,83 @@
+"""Training operations of a model: each returns a future at once and runs in seq_id order."""
+
+from __future__ import annotations
+
+from rest_framework.decorators import api_view
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.training_sessions.models import Checkpoint, Operation
+from controlplane.training_sessions.services import submit
+from loopwright.types import (
+    ForwardBackwardRequest,
+    ForwardRequest,
+    LoadWeightsRequest,
+    OptimStepRequest,
+    SaveWeightsForSamplerRequest,
+    SaveWeightsRequest,
+)
+
+from ..parsing import parse, tenant_of
+from .models import future
+
+EPHEMERAL_TTL_SECONDS = 24 * 3600
+
+
+def _submit(request: Request, req, kind: str, plan=None) -> Response:
+    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+    op = submit.training_submit(
+        tenant=tenant_of(request), model_id=req.model_id, seq_id=req.seq_id, kind=kind, payload=payload, plan=plan
+    )
+    return future(op, req.model_id)
+
+
+@api_view(["POST"])
+def forward(request: Request) -> Response:
+    return _submit(request, parse(request, ForwardRequest), Operation.Kind.FORWARD)
+
+
+@api_view(["POST"])
+def forward_backward(request: Request) -> Response:
+    return _submit(request, parse(request, ForwardBackwardRequest), Operation.Kind.FORWARD_BACKWARD)
+
+
+@api_view(["POST"])
+def optim_step(request: Request) -> Response:
+    return _submit(request, parse(request, OptimStepRequest), Operation.Kind.OPTIM_STEP)
+
+
+@api_view(["POST"])
+def save_weights(request: Request) -> Response:
+    req = parse(request, SaveWeightsRequest)
+    name = submit.checkpoint_name(req.path, f"state-{req.seq_id}" if req.seq_id is not None else None)
+    plan = submit.save_plan(kind=Checkpoint.Kind.TRAINING, name=name, overwrite=req.overwrite, ttl_seconds=req.ttl_seconds)
+    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS, plan)
+
+
+@api_view(["POST"])
+def save_weights_for_sampler(request: Request) -> Response:
+    req = parse(request, SaveWeightsForSamplerRequest)
+    if req.path is None and req.sampling_session_seq_id is not None:
+        # Ephemeral: the weights as of now, for a sampler the client uses at once.
+        name = submit.checkpoint_name(None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}")
+        plan = submit.save_plan(
+            kind=Checkpoint.Kind.SAMPLER, name=name, overwrite=True, ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
+            sampler_id=submit.new_sampler_id(),
+        )
+    else:
+        name = submit.checkpoint_name(req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None)
+        plan = submit.save_plan(
+            kind=Checkpoint.Kind.SAMPLER, name=name, overwrite=False, ttl_seconds=req.ttl_seconds, merge=req.merge_weights
+        )
+    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER, plan)
+
+
+@api_view(["POST"])
+def load_weights(request: Request) -> Response:
+    req = parse(request, LoadWeightsRequest)
+    if req.model_id is None:
+        from controlplane.training_sessions.errors import SessionError
+
+        raise SessionError("model_id is required (create the model first)", field="model_id")
+    plan = submit.load_plan(tenant=tenant_of(request), path=req.path, optimizer=req.optimizer)
+    return _submit(request, req, Operation.Kind.LOAD_WEIGHTS, plan)

@@ -1,0 +1,43 @@
+"""One error shape for every HTTP error: ``{"detail", "code", "field"}``."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_handler
+
+from controlplane.training_sessions.errors import SessionError
+
+
+def error_response(http_status: int, detail: str, code: str, field: str | None = None) -> Response:
+    return Response({"detail": detail, "code": code, "field": field}, status=http_status)
+
+
+def validation_response(exc: ValidationError) -> Response:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first.get("loc", ())) or None
+    message = first.get("msg", "invalid")
+    if first.get("type") == "extra_forbidden":
+        message = "unknown field"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return error_response(400, f"{field}: {message}{more}" if field else message + more, "invalid_request", field)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, SessionError):
+        return error_response(exc.status, exc.detail, exc.code, exc.field)
+    if isinstance(exc, ValidationError):
+        return validation_response(exc)
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        return error_response(401, str(exc.detail), "unauthenticated")
+    response = drf_handler(exc, context)
+    if response is not None:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        code = getattr(exc, "default_code", "error")
+        if isinstance(detail, dict | list):
+            detail = str(detail)
+        response.data = {"detail": str(detail), "code": code, "field": None}
+        if response.status_code == status.HTTP_405_METHOD_NOT_ALLOWED:
+            response.data["code"] = "method_not_allowed"
+    return response

@@ -1,0 +1,1 @@
+"""The GPU workers: what each serves, how full it is, whether it is alive."""

@@ -1,0 +1,102 @@
+"""Run the whole service on one machine: control plane, GPU worker(s), housekeeping.
+
+Embedded default: SQLite and a filesystem broker under LOOPWRIGHT_DATA_DIR, no other server.
+Prints the local API key (kept in <data dir>/api-key) and the URL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from controlplane.fleet.janitor import run_forever
+from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import api_key_create, tenant_create
+
+DEFAULT_WORKERS = ["HuggingFaceTB/SmolLM2-135M-Instruct", "loopwright/tiny-byte-llama"]
+
+
+class Command(BaseCommand):
+    help = "Start the control plane and workers on this machine (Ctrl-C stops everything)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default=os.environ.get("LOOPWRIGHT_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("LOOPWRIGHT_PORT", "8000")))
+        parser.add_argument(
+            "--base-model", action="append", dest="base_models",
+            help="a base model to serve (repeatable); default: SmolLM2-135M-Instruct and the tiny model",
+        )
+        parser.add_argument("--device", default=os.environ.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"))
+        parser.add_argument("--threads", type=int, default=64, help="HTTP threads (long polls hold one each)")
+
+    def handle(self, *args, **opts) -> None:
+        settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", verbosity=0)
+        key = self._local_key()
+        children = [self._http(opts)]
+        for i, base in enumerate(opts["base_models"] or DEFAULT_WORKERS):
+            children.append(self._worker(f"local{i}", base, opts["device"]))
+        stop = threading.Event()
+        threading.Thread(target=run_forever, args=(stop,), daemon=True).start()
+        url = f"http://{opts['host']}:{opts['port']}"
+        self.stdout.write(
+            f"\nLoopwright is starting at {url}\n"
+            f"  export LOOPWRIGHT_BASE_URL={url}\n"
+            f"  export LOOPWRIGHT_API_KEY={key}\n"
+            f"data: {settings.DATA_DIR}   (Ctrl-C stops)\n"
+        )
+        self._supervise(children, stop)
+
+    def _local_key(self) -> str:
+        path = Path(settings.DATA_DIR) / "api-key"
+        if path.exists():
+            return path.read_text().strip()
+        tenant = Tenant.objects.filter(name="local").first() or tenant_create(name="local")
+        _, raw = api_key_create(tenant=tenant, name="local")
+        path.write_text(raw + "\n")
+        path.chmod(0o600)
+        return raw
+
+    def _http(self, opts) -> subprocess.Popen:
+        cmd = [
+            sys.executable, "-m", "gunicorn", "controlplane.wsgi:application",
+            "--bind", f"{opts['host']}:{opts['port']}", "--worker-class", "gthread",
+            "--workers", "1", "--threads", str(opts["threads"]), "--timeout", "120",
+            "--access-logfile", "-",
+        ]
+        return subprocess.Popen(cmd)
+
+    def _worker(self, name: str, base_model: str, device: str) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "workers.run", "--name", name, "--base-model", base_model, "--device", device]
+        return subprocess.Popen(cmd)
+
+    def _supervise(self, children: list[subprocess.Popen], stop: threading.Event) -> None:
+        def shutdown(*_):
+            stop.set()
+
+        signal.signal(signal.SIGTERM, shutdown)
+        signal.signal(signal.SIGINT, shutdown)
+        try:
+            while not stop.is_set():
+                if any(c.poll() is not None for c in children):
+                    self.stderr.write("a process exited; stopping everything")
+                    break
+                time.sleep(0.5)
+        finally:
+            for c in children:
+                if c.poll() is None:
+                    c.terminate()
+            for c in children:
+                try:
+                    c.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    c.kill()

@@ -1,0 +1,35 @@
+"""Workers register the base model they pin, with its tokenizer files, and heartbeat."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class BaseModel(models.Model):
+    """A base model some worker has served; clients fetch its tokenizer from here."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    description = models.TextField(blank=True)
+    context_length = models.PositiveIntegerField()
+    chat_template = models.TextField(null=True, blank=True)
+    tokenizer_files = models.JSONField(default=dict)  # file name -> text
+    tokenizer_path = models.CharField(max_length=1000, blank=True)  # on the worker's disk
+    updated_at = models.DateTimeField(auto_now=True)
+
+
+class Worker(models.Model):
+    class State(models.TextChoices):
+        ACTIVE = "active"
+        GONE = "gone"
+
+    name = models.CharField(max_length=200, unique=True)
+    queue = models.CharField(max_length=200)
+    base_model = models.ForeignKey(BaseModel, on_delete=models.PROTECT, related_name="workers")
+    capacity = models.PositiveIntegerField(help_text="training models it will hold at once")
+    device = models.CharField(max_length=100, default="cpu")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.base_model_id})"

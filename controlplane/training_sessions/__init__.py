@@ -1,0 +1,1 @@
+"""Sessions, their training models and samplers, and the ordered operations they run."""

@@ -1,0 +1,203 @@
+"""A session holds training models and samplers; every GPU-bound call is an Operation row.
+
+A training model's operations carry ``seq_id`` (create_model is 0, the client's requests 1, 2,
+…) and run strictly in that order; ``next_seq`` is the next one to run.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.db import models
+from django.db.models import Q
+
+from controlplane.fleet.models import Worker
+from controlplane.tenants.models import Tenant
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+class Session(models.Model):
+    class State(models.TextChoices):
+        PENDING = "pending"
+        ACTIVE = "active"
+        STOPPING = "stopping"
+        STOPPED = "stopped"
+        FAILED = "failed"
+        EXPIRED = "expired"
+
+    ENDED_STATES = (State.STOPPING, State.STOPPED, State.FAILED, State.EXPIRED)
+
+    id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sessions")
+    name = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    tags = models.JSONField(default=list)
+    user_metadata = models.JSONField(null=True, blank=True)
+    sdk_version = models.CharField(max_length=64, blank=True)
+    platform = models.JSONField(default=dict)  # role_arn, package group, s3 path, kms key, vpc
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "-created_at"]), models.Index(fields=["state", "last_heartbeat_at"])]
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.id:
+            self.id = new_id("sess")
+        super().save(*args, **kwargs)
+
+
+class TrainingModel(models.Model):
+    """A LoRA adapter being trained on one worker (a "training run")."""
+
+    class State(models.TextChoices):
+        CREATING = "creating"
+        READY = "ready"
+        UNLOADING = "unloading"
+        UNLOADED = "unloaded"
+        FAILED = "failed"
+
+    LIVE_STATES = (State.CREATING, State.READY, State.UNLOADING)
+
+    id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="training_models")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="models")
+    model_seq_id = models.IntegerField()
+    base_model = models.CharField(max_length=200)
+    lora = models.JSONField()  # rank, alpha, seed, train_attn, train_mlp, train_unembed
+    user_metadata = models.JSONField(null=True, blank=True)
+    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="models")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
+    next_seq = models.IntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_request_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"),
+        ]
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.id:
+            self.id = new_id("model")
+        super().save(*args, **kwargs)
+
+
+class SamplingSession(models.Model):
+    """A sampler: the base model, saved sampler weights (a path), or a live model's adapter."""
+
+    id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sampling_sessions")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="sampling_sessions")
+    sampling_session_seq_id = models.IntegerField(null=True)
+    base_model = models.CharField(max_length=200)
+    model_path = models.CharField(max_length=500, blank=True)
+    storage_path = models.CharField(max_length=1000, blank=True)
+    live_model = models.ForeignKey(TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers")
+    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="samplers")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "sampling_session_seq_id"],
+                condition=Q(sampling_session_seq_id__isnull=False),
+                name="uniq_sampler_seq_per_session",
+            ),
+        ]
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.id:
+            self.id = new_id("sampler")
+        super().save(*args, **kwargs)
+
+
+class Operation(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    class Kind(models.TextChoices):
+        CREATE_MODEL = "create_model"
+        FORWARD = "forward"
+        FORWARD_BACKWARD = "forward_backward"
+        OPTIM_STEP = "optim_step"
+        SAVE_WEIGHTS = "save_weights"
+        SAVE_WEIGHTS_FOR_SAMPLER = "save_weights_for_sampler"
+        LOAD_WEIGHTS = "load_weights"
+        UNLOAD_MODEL = "unload_model"
+        SAMPLE = "sample"
+
+    FINISHED = (Status.DONE, Status.FAILED)
+
+    id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="operations")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="operations")
+    model = models.ForeignKey(TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="operations")
+    sampling_session = models.ForeignKey(
+        SamplingSession, null=True, blank=True, on_delete=models.CASCADE, related_name="operations"
+    )
+    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="operations")
+    seq_id = models.IntegerField(null=True, blank=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    payload = models.JSONField()  # the request body as validated
+    plan = models.JSONField(default=dict)  # what the worker needs: adapter id, storage paths
+    payload_digest = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    error_category = models.CharField(max_length=16, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "seq_id"],
+                condition=Q(model__isnull=False, seq_id__isnull=False),
+                name="uniq_op_seq_per_model",
+            ),
+            models.UniqueConstraint(
+                fields=["sampling_session", "seq_id"],
+                condition=Q(sampling_session__isnull=False, seq_id__isnull=False),
+                name="uniq_op_seq_per_sampler",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["worker", "status"]),
+            models.Index(fields=["model", "status", "seq_id"]),
+        ]
+
+    def save(self, *args, **kwargs) -> None:
+        if not self.id:
+            self.id = new_id("req")
+        super().save(*args, **kwargs)
+
+
+class Checkpoint(models.Model):
+    """A saved adapter: training state (with optimizer) or sampler weights."""
+
+    class Kind(models.TextChoices):
+        TRAINING = "training"
+        SAMPLER = "sampler"
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="checkpoints")
+    model = models.ForeignKey(TrainingModel, on_delete=models.CASCADE, related_name="checkpoints")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=200)
+    tinker_path = models.CharField(max_length=500, unique=True)
+    storage_path = models.CharField(max_length=1000)
+    merged_path = models.CharField(max_length=1000, blank=True)
+    size_bytes = models.BigIntegerField(null=True)
+    lora = models.JSONField()
+    base_model = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)

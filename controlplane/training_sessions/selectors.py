@@ -1,0 +1,56 @@
+"""Reads, always scoped to a tenant: a missing object and another tenant's raise the same NotFound."""
+
+from __future__ import annotations
+
+from controlplane.tenants.models import Tenant
+
+from .errors import NotFound
+from .models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
+
+
+def session_get(*, tenant: Tenant, session_id: str) -> Session:
+    try:
+        return Session.objects.get(tenant=tenant, id=session_id)
+    except Session.DoesNotExist:
+        raise NotFound(f"session {session_id!r} not found", field="session_id") from None
+
+
+def session_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[Session]:
+    return list(Session.objects.filter(tenant=tenant).order_by("-created_at")[offset : offset + limit])
+
+
+def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:
+    try:
+        return TrainingModel.objects.select_related("session", "worker").get(tenant=tenant, id=model_id)
+    except TrainingModel.DoesNotExist:
+        raise NotFound(f"model {model_id!r} not found", field="model_id") from None
+
+
+def model_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[TrainingModel]:
+    qs = TrainingModel.objects.filter(tenant=tenant).order_by("-created_at")
+    return list(qs[offset : offset + limit])
+
+
+def sampler_get(*, tenant: Tenant, sampling_session_id: str) -> SamplingSession:
+    try:
+        return SamplingSession.objects.select_related("session", "worker").get(tenant=tenant, id=sampling_session_id)
+    except SamplingSession.DoesNotExist:
+        raise NotFound(f"sampling session {sampling_session_id!r} not found", field="sampling_session_id") from None
+
+
+def operation_get(*, tenant: Tenant, request_id: str) -> Operation:
+    try:
+        return Operation.objects.get(tenant=tenant, id=request_id)
+    except Operation.DoesNotExist:
+        raise NotFound(f"request {request_id!r} not found", field="request_id") from None
+
+
+def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
+    try:
+        return Checkpoint.objects.select_related("model").get(tenant=tenant, tinker_path=tinker_path)
+    except Checkpoint.DoesNotExist:
+        raise NotFound(f"checkpoint {tinker_path!r} not found", field=field) from None
+
+
+def checkpoint_list(*, tenant: Tenant, model: TrainingModel) -> list[Checkpoint]:
+    return list(Checkpoint.objects.filter(tenant=tenant, model=model).order_by("created_at"))

@@ -1,0 +1,1 @@
+"""Writes of sessions and operations: what the API and the workers call."""

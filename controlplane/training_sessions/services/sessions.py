@@ -1,0 +1,84 @@
+"""Session lifecycle: create, heartbeat, stop, idle expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.tenants.models import Tenant
+
+from ..errors import Gone
+from ..models import Session, TrainingModel
+from ..selectors import session_get
+
+PLATFORM_FIELDS = ("role_arn", "model_package_group_arn", "s3_output_path", "kms_key_arn", "vpc_config")
+
+
+def session_create(
+    *, tenant: Tenant, name: str = "", tags=(), user_metadata=None, sdk_version: str = "", platform=None
+) -> Session:
+    return Session.objects.create(
+        tenant=tenant,
+        name=name or "",
+        tags=list(tags or []),
+        user_metadata=user_metadata,
+        sdk_version=sdk_version or "",
+        platform={k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None},
+        last_heartbeat_at=timezone.now(),
+    )
+
+
+def session_heartbeat(*, tenant: Tenant, session_id: str) -> Session:
+    session = session_get(tenant=tenant, session_id=session_id)
+    if session.state in Session.ENDED_STATES:
+        raise Gone(f"session {session_id} is {session.state}", field="session_id")
+    Session.objects.filter(pk=session.pk).update(last_heartbeat_at=timezone.now())
+    return session
+
+
+def session_touch(session: Session) -> None:
+    """Any request counts as a sign of life."""
+    Session.objects.filter(pk=session.pk).update(last_heartbeat_at=timezone.now())
+
+
+@transaction.atomic
+def session_stop(*, tenant: Tenant, session_id: str, final_state: str = Session.State.STOPPED) -> Session:
+    """Unload every live model (after the operations already queued), then the session is over."""
+    from .submit import model_unload
+
+    session = Session.objects.select_for_update().get(pk=session_get(tenant=tenant, session_id=session_id).pk)
+    if session.state in (Session.State.STOPPED, Session.State.EXPIRED, Session.State.FAILED):
+        return session
+    live = list(session.models.filter(state__in=(TrainingModel.State.CREATING, TrainingModel.State.READY)))
+    for model in live:
+        model_unload(tenant=tenant, model=model, ending=True)
+    ending_models = session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
+    session.state = Session.State.STOPPING if ending_models and final_state == Session.State.STOPPED else final_state
+    session.ended_at = timezone.now()
+    session.save(update_fields=["state", "ended_at"])
+    return session
+
+
+def session_finish_if_unloaded(session_id: str) -> None:
+    """Called when a model unloads: a stopping session with no live model is stopped."""
+    session = Session.objects.select_for_update().get(pk=session_id)
+    if session.state == Session.State.STOPPING and not session.models.filter(state__in=TrainingModel.LIVE_STATES).exists():
+        session.state = Session.State.STOPPED
+        session.save(update_fields=["state"])
+
+
+def sessions_expire_idle(*, now=None) -> list[str]:
+    """Expire sessions without a heartbeat for SESSION_IDLE_TIMEOUT_SECONDS; unload their models."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.SESSION_IDLE_TIMEOUT_SECONDS)
+    idle = Session.objects.filter(
+        state__in=(Session.State.PENDING, Session.State.ACTIVE), last_heartbeat_at__lt=cutoff
+    ).select_related("tenant")
+    expired = []
+    for session in idle:
+        session_stop(tenant=session.tenant, session_id=session.id, final_state=Session.State.EXPIRED)
+        expired.append(session.id)
+    return expired

@@ -1,0 +1,281 @@
+"""Submitting operations: validate the session's state, make the row idempotent, wake the worker.
+
+Each training request lands as an Operation with the client's ``seq_id``; ``(model, seq_id)`` is
+unique, so a retried request returns the same row and another body with the same ``seq_id`` is a
+409. The worker is woken after commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.fleet.services import NoWorkerAvailable, worker_place
+from controlplane.tenants.models import Tenant
+
+from ..errors import Conflict, NotActive, SessionError, Unavailable
+from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
+from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
+from .sessions import session_touch
+
+OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_ALPHA = 32.0
+
+
+def digest(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _require_open(session: Session) -> None:
+    if session.state not in OPEN_STATES:
+        raise NotActive(f"session {session.id} is {session.state}; it takes no more operations", field="session_id")
+
+
+def _require_ready(model: TrainingModel) -> None:
+    _require_open(model.session)
+    if model.state not in (TrainingModel.State.CREATING, TrainingModel.State.READY):
+        raise NotActive(f"model {model.id} is {model.state}; it takes no more operations", field="model_id")
+
+
+def _existing_or_conflict(existing: Operation, payload_digest: str, what: str) -> Operation:
+    if existing.payload_digest != payload_digest:
+        raise Conflict(f"{what} was already used by a different request ({existing.id})", field="seq_id")
+    return existing
+
+
+def _create_op(lookup: dict, what: str, **fields) -> Operation:
+    """Insert the row, or return the identical one a retry already inserted."""
+    existing = Operation.objects.filter(**lookup).first()
+    if existing is not None:
+        return _existing_or_conflict(existing, fields["payload_digest"], what)
+    try:
+        with transaction.atomic():
+            op = Operation.objects.create(**lookup, **fields)
+    except IntegrityError:
+        return _existing_or_conflict(Operation.objects.get(**lookup), fields["payload_digest"], what)
+    dispatch.wake_worker(op.worker.queue)
+    return op
+
+
+# -- models ----------------------------------------------------------------------------------
+@transaction.atomic
+def model_create(
+    *, tenant: Tenant, session_id: str, model_seq_id: int, base_model: str, lora: dict, user_metadata=None
+) -> Operation:
+    session = session_get(tenant=tenant, session_id=session_id)
+    _require_open(session)
+    payload = {"base_model": base_model, "lora": lora, "model_seq_id": model_seq_id, "user_metadata": user_metadata}
+    existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
+    if existing is not None:
+        op = existing.operations.get(kind=Operation.Kind.CREATE_MODEL)
+        return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
+    try:
+        worker = worker_place(base_model=base_model)
+    except NoWorkerAvailable as exc:
+        raise Unavailable(str(exc), field="base_model") from exc
+    lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
+    model = TrainingModel.objects.create(
+        tenant=tenant, session=session, model_seq_id=model_seq_id, base_model=base_model,
+        lora=lora, user_metadata=user_metadata, worker=worker, next_seq=0,
+    )
+    session_touch(session)
+    return _create_op(
+        {"model": model, "seq_id": 0},
+        "create_model",
+        tenant=tenant, session=session, worker=worker, kind=Operation.Kind.CREATE_MODEL,
+        payload=payload, payload_digest=digest(payload), plan={"adapter": model.id, "lora": lora},
+    )
+
+
+@transaction.atomic
+def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) -> Operation:
+    """Unload after everything already submitted; later requests for the model are refused."""
+    model = TrainingModel.objects.select_for_update().get(pk=model.pk)
+    if not ending:
+        _require_open(model.session)
+    existing = model.operations.filter(kind=Operation.Kind.UNLOAD_MODEL).first()
+    if existing is not None:
+        return existing
+    if model.state not in (TrainingModel.State.CREATING, TrainingModel.State.READY):
+        raise NotActive(f"model {model.id} is {model.state}", field="model_id")
+    top = model.operations.aggregate(m=Max("seq_id"))["m"]
+    seq = max(top if top is not None else -1, model.next_seq - 1) + 1
+    model.state = TrainingModel.State.UNLOADING
+    model.save(update_fields=["state"])
+    payload = {"model_id": model.id}
+    return _create_op(
+        {"model": model, "seq_id": seq},
+        "unload_model",
+        tenant=tenant, session=model.session, worker=model.worker, kind=Operation.Kind.UNLOAD_MODEL,
+        payload=payload, payload_digest=digest(payload), plan={"adapter": model.id},
+    )
+
+
+# -- training operations ----------------------------------------------------------------------
+@transaction.atomic
+def training_submit(
+    *, tenant: Tenant, model_id: str, seq_id: int | None, kind: str, payload: dict, plan: dict | None = None
+) -> Operation:
+    model = TrainingModel.objects.select_for_update().select_related("session", "worker").get(
+        pk=model_get(tenant=tenant, model_id=model_id).pk
+    )
+    if seq_id is not None:
+        existing = Operation.objects.filter(model=model, seq_id=seq_id).first()
+        if existing is not None:  # a retry: same answer whatever state the session is in now
+            return _existing_or_conflict(existing, digest(payload), f"seq_id {seq_id} of model {model.id}")
+    _require_ready(model)
+    if seq_id is None:
+        top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
+        seq_id = top + 1
+    elif seq_id < 1:
+        raise SessionError(f"seq_id must be ≥ 1, got {seq_id}", field="seq_id")
+    elif seq_id < model.next_seq:
+        raise Conflict(f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id")
+    plan = {"adapter": model.id, **(plan(model) if callable(plan) else plan or {})}
+    TrainingModel.objects.filter(pk=model.pk).update(last_request_at=timezone.now())
+    session_touch(model.session)
+    return _create_op(
+        {"model": model, "seq_id": seq_id},
+        f"seq_id {seq_id} of model {model.id}",
+        tenant=tenant, session=model.session, worker=model.worker, kind=kind,
+        payload=payload, payload_digest=digest(payload), plan=plan,
+    )
+
+
+def checkpoint_name(name: str | None, fallback: str) -> str:
+    name = name or fallback
+    if not NAME_RE.match(name):
+        raise SessionError(
+            "must be 1–128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
+            field="path",
+        )
+    return name
+
+
+def checkpoint_location(model: TrainingModel, kind: str, name: str) -> tuple[str, str]:
+    """(tinker path, storage folder) of a checkpoint."""
+    folder = "weights" if kind == Checkpoint.Kind.TRAINING else "sampler_weights"
+    storage = Path(settings.STORAGE_DIR) / str(model.tenant_id) / model.id / folder / name
+    return f"tinker://{model.id}/{folder}/{name}", str(storage)
+
+
+def save_plan(*, kind: str, name: str, overwrite: bool, ttl_seconds: int | None, merge: bool = False,
+              sampler_id: str | None = None):
+    """A plan factory for save_weights / save_weights_for_sampler, resolved against the model."""
+
+    def plan(model: TrainingModel) -> dict:
+        tinker_path, storage = checkpoint_location(model, kind, name)
+        if not overwrite and Checkpoint.objects.filter(tinker_path=tinker_path).exists():
+            raise Conflict(f"checkpoint {tinker_path} exists (pass overwrite to replace it)", field="path")
+        expires = None
+        if ttl_seconds:
+            expires = (timezone.now() + timedelta(seconds=ttl_seconds)).isoformat()
+        return {
+            "checkpoint": {"kind": kind, "name": name, "tinker_path": tinker_path, "storage_path": storage,
+                           "expires_at": expires, "merge": merge},
+            "sampler_id": sampler_id,
+        }
+
+    return plan
+
+
+def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
+    def plan(model: TrainingModel) -> dict:
+        ckpt = checkpoint_by_path(tenant=tenant, tinker_path=path)
+        if optimizer and ckpt.kind != Checkpoint.Kind.TRAINING:
+            raise SessionError(
+                f"{path} holds sampler weights without optimizer state; load training state "
+                "(saved with save_state) to resume with the optimizer",
+                field="path",
+            )
+        if ckpt.base_model != model.base_model:
+            raise SessionError(f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}", field="path")
+        return {"load": {"storage_path": ckpt.storage_path, "optimizer": optimizer, "tinker_path": path}}
+
+    return plan
+
+
+# -- sampling --------------------------------------------------------------------------------
+@transaction.atomic
+def sampler_create(
+    *, tenant: Tenant, session_id: str, seq: int | None, base_model: str | None, model_path: str | None,
+    model_id: str | None,
+) -> SamplingSession:
+    session = session_get(tenant=tenant, session_id=session_id)
+    if seq is not None:
+        existing = SamplingSession.objects.filter(session=session, sampling_session_seq_id=seq).first()
+        if existing is not None:
+            return existing
+    _require_open(session)
+    fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
+    if model_id:
+        model = model_get(tenant=tenant, model_id=model_id)
+        _require_ready(model)
+        fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
+    elif model_path:
+        ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
+        worker = _sampler_worker(ckpt.base_model, prefer=ckpt.model.worker)
+        fields.update(base_model=ckpt.base_model, model_path=model_path, storage_path=ckpt.storage_path, worker=worker)
+    elif base_model:
+        fields.update(base_model=base_model, worker=_sampler_worker(base_model))
+    else:
+        raise SessionError("give base_model, model_path or model_id", field="base_model")
+    session_touch(session)
+    return SamplingSession.objects.create(**fields)
+
+
+def _sampler_worker(base_model: str, prefer=None):
+    from controlplane.fleet.services import live_workers
+
+    workers = live_workers().filter(base_model_id=base_model)
+    if prefer is not None and workers.filter(pk=prefer.pk).exists():
+        return prefer
+    worker = workers.order_by("name").first()
+    if worker is None:
+        raise Unavailable(f"no live worker serves {base_model!r}", field="base_model")
+    return worker
+
+
+def sampler_plan(sampler: SamplingSession) -> dict:
+    if sampler.live_model_id:
+        return {"adapter": sampler.live_model_id}
+    if sampler.storage_path:
+        return {"adapter": f"sampler:{sampler.id}", "storage_path": sampler.storage_path}
+    return {"adapter": None}
+
+
+@transaction.atomic
+def sample_submit(*, tenant: Tenant, sampling_session_id: str, seq_id: int | None, payload: dict) -> Operation:
+    sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
+    lookup = {"sampling_session": sampler, "seq_id": seq_id if seq_id is not None else None}
+    if seq_id is not None:
+        existing = Operation.objects.filter(**lookup).first()
+        if existing is not None:
+            return _existing_or_conflict(existing, digest(payload), f"seq_id {seq_id} of sampler {sampler.id}")
+    _require_open(sampler.session)
+    if sampler.live_model_id:
+        _require_ready(sampler.live_model)
+    session_touch(sampler.session)
+    fields = dict(
+        tenant=tenant, session=sampler.session, worker=sampler.worker, kind=Operation.Kind.SAMPLE,
+        payload=payload, payload_digest=digest(payload), plan=sampler_plan(sampler),
+    )
+    if seq_id is None:
+        op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
+        dispatch.wake_worker(op.worker.queue)
+        return op
+    return _create_op(lookup, f"seq_id {seq_id} of sampler {sampler.id}", **fields)
+
+
+def new_sampler_id() -> str:
+    return new_id("sampler")

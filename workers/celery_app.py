@@ -1,0 +1,57 @@
+"""The Celery application of a GPU worker: one process, one queue, one engine host.
+
+Start it with ``python -m workers.run`` (which sets the queue and the solo pool). The engine is
+loaded in the worker process itself, never in a forked child (CUDA cannot be re-initialised
+after fork).
+"""
+
+from __future__ import annotations
+
+import os
+
+import django
+from celery import Celery, signals
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+from controlplane.dispatch import DRAIN_TASK, broker_options  # noqa: E402
+
+app = Celery("loopwright-worker", broker=settings.BROKER_URL)
+app.conf.update(
+    broker_transport_options={**broker_options(settings.BROKER_URL, settings.BROKER_DIR), "polling_interval": 0.02},
+    broker_connection_retry_on_startup=True,
+    task_ignore_result=True,
+    task_acks_late=False,  # work is claimed from the database; a lost nudge costs nothing
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    imports=("workers.tasks",),
+)
+
+_runtime = None
+
+
+def runtime():
+    """The process's engine runtime, created once when the worker starts."""
+    global _runtime
+    if _runtime is None:
+        from .runtime import WorkerRuntime, WorkerSettings
+
+        _runtime = WorkerRuntime(WorkerSettings.from_env())
+    return _runtime
+
+
+@signals.worker_ready.connect
+def _start(sender=None, **kwargs) -> None:
+    rt = runtime()
+    # Work submitted while no worker ran (or before a restart) is waiting: look at once.
+    app.send_task(DRAIN_TASK, queue=rt.settings.queue)
+
+
+@signals.worker_shutdown.connect
+def _stop(sender=None, **kwargs) -> None:
+    if _runtime is not None:
+        _runtime.shutdown()

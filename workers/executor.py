@@ -1,0 +1,136 @@
+"""Run one operation's request on an engine host and return its JSON result.
+
+Pure translation between wire JSON and engine calls: no Django, no Celery. Engine errors that
+mean bad input are ``user`` errors; anything else is a ``server`` error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopwright.types import AdamParams, ForwardBackwardInput, ModelInput, SamplingParams
+
+from .engine.adapters import AdapterConfig
+from .engine.errors import EngineError
+from .engine.host import ModelHost
+from .engine.sampler import SampleJob
+
+
+@dataclass
+class Outcome:
+    """What became of one operation: a result, or an error with its category."""
+
+    result: dict | None = None
+    error: str | None = None
+    category: str = "server"
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, EngineError):
+        return Outcome(error=str(exc), category=exc.category)
+    return Outcome(error=f"{type(exc).__name__}: {exc}", category="server")
+
+
+def run_training(host: ModelHost, kind: str, payload: dict, plan: dict) -> dict:
+    """One operation of a training model, by kind."""
+    adapter = plan["adapter"]
+    if kind == "create_model":
+        lora = plan["lora"]
+        cfg = AdapterConfig(
+            rank=int(lora["rank"]),
+            alpha=float(lora["alpha"]),
+            seed=lora.get("seed"),
+            train_attn=bool(lora.get("train_attn", True)),
+            train_mlp=bool(lora.get("train_mlp", True)),
+            train_unembed=bool(lora.get("train_unembed", True)),
+        )
+        host.create_adapter(adapter, cfg)
+        return {"model_id": adapter}
+    if kind == "forward":
+        out = host.forward(adapter, ForwardBackwardInput.model_validate(payload["forward_input"]))
+        return out.model_dump(mode="json")
+    if kind == "forward_backward":
+        fwd = ForwardBackwardInput.model_validate(payload["forward_backward_input"])
+        return host.forward_backward(adapter, fwd).model_dump(mode="json")
+    if kind == "optim_step":
+        return host.optim_step(adapter, AdamParams.model_validate(payload["adam_params"])).model_dump(mode="json")
+    if kind in ("save_weights", "save_weights_for_sampler"):
+        return _save(host, kind, adapter, plan)
+    if kind == "load_weights":
+        load = plan["load"]
+        host.load_state(adapter, Path(load["storage_path"]), optimizer=bool(load["optimizer"]))
+        return {"path": load["tinker_path"], "model_id": adapter, "type": "load_weights"}
+    if kind == "unload_model":
+        if host.has_adapter(adapter):
+            host.remove_adapter(adapter)
+        return {"model_id": adapter, "type": "unload_model"}
+    raise ValueError(f"unknown operation kind {kind!r}")
+
+
+def _save(host: ModelHost, kind: str, adapter: str, plan: dict) -> dict:
+    spec = plan["checkpoint"]
+    training = kind == "save_weights"
+    host.save_state(adapter, Path(spec["storage_path"]), optimizer=training)
+    result: dict = {"type": kind}
+    if spec.get("merge"):
+        merged = Path(spec["storage_path"] + ".merged")
+        host.export_merged(adapter, merged)
+        result["_merged_path"] = str(merged)
+    if plan.get("sampler_id"):
+        result.update(path=None, sampling_session_id=plan["sampler_id"])
+    else:
+        result["path"] = spec["tinker_path"]
+    return result
+
+
+def sample_job(payload: dict) -> SampleJob:
+    prompt = ModelInput.model_validate(payload["prompt"]).to_ints()
+    return SampleJob.from_wire(
+        prompt,
+        int(payload.get("num_samples", 1)),
+        SamplingParams.model_validate(payload["sampling_params"]),
+        prompt_logprobs=bool(payload.get("prompt_logprobs")),
+        topk_prompt_logprobs=int(payload.get("topk_prompt_logprobs") or 0),
+    )
+
+
+def run_samples(host: ModelHost, items: Sequence[tuple[dict, dict]]) -> list[Outcome]:
+    """Sample requests (payload, plan) in as few batches as possible: one per adapter.
+
+    A bad request fails alone; the others in its batch still run.
+    """
+    outcomes: list[Outcome | None] = [None] * len(items)
+    groups: dict[str | None, list[tuple[int, SampleJob]]] = {}
+    for i, (payload, plan) in enumerate(items):
+        try:
+            adapter = _sampler_adapter(host, plan)
+            job = sample_job(payload)
+            host.sampler.validate(job)
+        except Exception as exc:
+            outcomes[i] = classify(exc)
+            continue
+        groups.setdefault(adapter, []).append((i, job))
+    for adapter, members in groups.items():
+        try:
+            results = host.sample(adapter, [job for _, job in members])
+        except Exception as exc:
+            for i, _ in members:
+                outcomes[i] = classify(exc)
+            continue
+        for (i, _), res in zip(members, results, strict=True):
+            outcomes[i] = Outcome(result=res.to_response().model_dump(mode="json"))
+    return [o if o is not None else Outcome(error="not run") for o in outcomes]
+
+
+def _sampler_adapter(host: ModelHost, plan: dict) -> str | None:
+    """The adapter to sample with; saved sampler weights are loaded on first use."""
+    adapter = plan.get("adapter")
+    if adapter is not None and plan.get("storage_path") and not host.has_adapter(adapter):
+        host.load_adapter_from(adapter, Path(plan["storage_path"]))
+    return adapter

@@ -1,0 +1,137 @@
+"""A worker process: one engine host, registered in the fleet, draining its operations.
+
+``drain()`` runs until nothing on this worker is runnable: each training model's next
+operation in seq order, then the pending samples in one batch per adapter. It reads all work
+from the database, so the broker message that woke it carries no state.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from django.db import close_old_connections
+
+from controlplane.fleet import services as fleet
+from controlplane.training_sessions.services import execution
+
+from .engine.host import HostConfig, ModelHost
+from .executor import Outcome, classify, run_samples, run_training
+
+log = logging.getLogger("loopwright.worker")
+
+SAMPLE_BATCH = 64
+HEARTBEAT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    name: str
+    base_model: str
+    device: str = "cpu"
+    dtype: str | None = None
+    capacity: int = 16
+    max_loaded_adapters: int = 16
+
+    @property
+    def queue(self) -> str:
+        return f"gpu.{self.name}"
+
+    @classmethod
+    def from_env(cls) -> WorkerSettings:
+        env = os.environ
+        return cls(
+            name=env.get("LOOPWRIGHT_WORKER_NAME", socket.gethostname()),
+            base_model=env.get("LOOPWRIGHT_WORKER_BASE_MODEL", "loopwright/tiny-byte-llama"),
+            device=env.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"),
+            dtype=env.get("LOOPWRIGHT_WORKER_DTYPE") or None,
+            capacity=int(env.get("LOOPWRIGHT_WORKER_CAPACITY", "16")),
+            max_loaded_adapters=int(env.get("LOOPWRIGHT_WORKER_MAX_LOADED", "16")),
+        )
+
+
+class WorkerRuntime:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+        self.host = ModelHost(
+            settings.base_model,
+            HostConfig(device=settings.device, dtype=settings.dtype, max_loaded_adapters=settings.max_loaded_adapters),
+        )
+        self.worker = self._register()
+        recovered = execution.recover_worker(worker=self.worker)
+        if recovered:
+            log.warning("failed %d operations left running by a previous process", recovered)
+        self._stop = threading.Event()
+        self._beat = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
+        self._beat.start()
+
+    def _register(self):
+        m = self.host.materialized
+        files = {name: path.read_text() for name, path in m.tokenizer_files.items()}
+        return fleet.worker_register(
+            name=self.settings.name,
+            queue=self.settings.queue,
+            base_model=self.settings.base_model,
+            description=m.spec.description,
+            context_length=self.host.context_length,
+            chat_template=m.chat_template,
+            tokenizer_files=files,
+            tokenizer_path=str(m.path),
+            capacity=self.settings.capacity,
+            device=self.settings.device,
+        )
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                fleet.worker_heartbeat(name=self.settings.name)
+            except Exception:  # a database hiccup must not kill the heartbeat
+                log.exception("heartbeat failed")
+            finally:
+                close_old_connections()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        fleet.worker_retire(name=self.settings.name)
+
+    # -- work ------------------------------------------------------------------------------
+    def drain(self) -> int:
+        """Run everything runnable; returns how many operations ran."""
+        ran = 0
+        while True:
+            progressed = 0
+            for op in execution.next_training_ops(worker=self.worker):
+                if execution.claim(op):
+                    self._finish(op, self._training(op))
+                    progressed += 1
+            claimed = [op for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH) if execution.claim(op)]
+            if claimed:
+                outcomes = run_samples(self.host, [(op.payload, op.plan) for op in claimed])
+                for op, outcome in zip(claimed, outcomes, strict=True):
+                    self._finish(op, outcome)
+                progressed += len(claimed)
+            ran += progressed
+            if not progressed:
+                return ran
+
+    def _training(self, op) -> Outcome:
+        started = time.perf_counter()
+        try:
+            outcome = Outcome(result=run_training(self.host, op.kind, op.payload, op.plan))
+        except Exception as exc:
+            outcome = classify(exc)
+            if outcome.category == "server":
+                log.exception("operation %s (%s) failed", op.pk, op.kind)
+        log.info("%s %s seq=%s %.1f ms", op.kind, op.model_id, op.seq_id, 1000 * (time.perf_counter() - started))
+        return outcome
+
+    @staticmethod
+    def _finish(op, outcome: Outcome) -> None:
+        if outcome.ok:
+            execution.complete(op, outcome.result or {})
+        else:
+            execution.fail(op, outcome.error or "failed", outcome.category)
