@@ -174,3 +174,19 @@ def test_capacity_and_lifecycle_errors(make_host) -> None:
     with pytest.raises(UnknownAdapter):
         host.forward_backward("m", batch(0))
     assert not host.has_adapter("m")
+
+
+def test_loading_adopts_the_checkpoint_alpha_and_resets_the_optimizer(make_host, tmp_path) -> None:
+    first = make_host()
+    first.create_adapter("m", AdapterConfig(rank=4, alpha=64, seed=5))
+    train(first, "m", range(2))
+    first.save_state("m", tmp_path / "ckpt")
+    second = make_host()
+    second.create_adapter("n", AdapterConfig(rank=4, alpha=32, seed=1))  # e.g. a client that omits alpha
+    second.load_state("n", tmp_path / "ckpt", optimizer=False)
+    assert second.pool.config("n").alpha == 64
+    assert second.pool.optimizer("n").step == 0
+    probe = batch(123)
+    a = first.forward("m", probe).loss_fn_outputs[0]["logprobs"].to_numpy()
+    b = second.forward("n", probe).loss_fn_outputs[0]["logprobs"].to_numpy()
+    assert (a == b).all()

@@ -8,6 +8,7 @@ rejected request leaves the session exactly as it was.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import threading
 import time
@@ -35,7 +36,7 @@ from .adapters import AdapterConfig, AdapterPool, adapter_name
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, InvalidInput
 from .losses import resolve_loss
-from .optim import AdamHyper, adamw_step
+from .optim import AdamHyper, AdamState, adamw_step
 from .sampler import SampleJob, Sampler, SampleResult
 
 
@@ -224,10 +225,13 @@ class ModelHost:
                 optimizer=self.pool.optimizer(model_id) if optimizer else None,
             )
 
-    def load_state(
-        self, model_id: str, directory: Path, *, optimizer: bool
-    ) -> checkpoints.CheckpointMeta:
-        """Load adapter weights (and AdamW state) into an existing adapter of the same shape."""
+    def load_state(self, model_id: str, directory: Path, *, optimizer: bool) -> checkpoints.CheckpointMeta:
+        """Load adapter weights into an existing adapter of the same rank and targets.
+
+        With ``optimizer`` the AdamW state is restored too; without it the optimizer starts
+        fresh. The checkpoint's alpha is adopted (it is part of what the weights mean).
+        Everything is read and checked before the adapter changes.
+        """
         with self._lock:
             directory = Path(directory)
             meta = checkpoints.read_meta(directory)
@@ -236,21 +240,19 @@ class ModelHost:
                     f"checkpoint is for base model {meta.base_model!r}, this model is {self.base_model!r}"
                 )
             current = self.pool.config(model_id)
-            if (
-                meta.lora.rank,
-                meta.lora.train_attn,
-                meta.lora.train_mlp,
-                meta.lora.train_unembed,
-            ) != (current.rank, current.train_attn, current.train_mlp, current.train_unembed):
+            shape = (meta.lora.rank, meta.lora.train_attn, meta.lora.train_mlp, meta.lora.train_unembed)
+            if shape != (current.rank, current.train_attn, current.train_mlp, current.train_unembed):
                 raise CheckpointError(
                     f"checkpoint LoRA config {meta.lora} does not match the model's {current}"
                 )
             tensors = checkpoints.read_adapter(directory)
-            state = checkpoints.read_optimizer(directory, meta) if optimizer else None
+            state = checkpoints.read_optimizer(directory, meta) if optimizer else AdamState()
+            if meta.lora.alpha != current.alpha:
+                self.pool.remove(model_id)
+                self.pool.create(model_id, dataclasses.replace(current, alpha=meta.lora.alpha))
             self.pool.load_state_dict(model_id, tensors)
-            if state is not None:
-                device = next(iter(self.pool.parameters(model_id).values())).device
-                self.pool.set_optimizer(model_id, state.to(device))
+            device = next(iter(self.pool.parameters(model_id).values())).device
+            self.pool.set_optimizer(model_id, state.to(device))
             return meta
 
     def load_adapter_from(self, model_id: str, directory: Path) -> checkpoints.CheckpointMeta:
