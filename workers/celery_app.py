@@ -21,7 +21,10 @@ from controlplane.dispatch import DRAIN_TASK, broker_options  # noqa: E402
 
 app = Celery("loopwright-worker", broker=settings.BROKER_URL)
 app.conf.update(
-    broker_transport_options={**broker_options(settings.BROKER_URL, settings.BROKER_DIR), "polling_interval": 0.02},
+    broker_transport_options={
+        **broker_options(settings.BROKER_URL, settings.BROKER_DIR),
+        "polling_interval": 0.02,
+    },
     broker_connection_retry_on_startup=True,
     task_ignore_result=True,
     task_acks_late=False,  # work is claimed from the database; a lost nudge costs nothing

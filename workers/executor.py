@@ -59,7 +59,9 @@ def run_training(host: ModelHost, kind: str, payload: dict, plan: dict) -> dict:
         fwd = ForwardBackwardInput.model_validate(payload["forward_backward_input"])
         return host.forward_backward(adapter, fwd).model_dump(mode="json")
     if kind == "optim_step":
-        return host.optim_step(adapter, AdamParams.model_validate(payload["adam_params"])).model_dump(mode="json")
+        return host.optim_step(
+            adapter, AdamParams.model_validate(payload["adam_params"])
+        ).model_dump(mode="json")
     if kind in ("save_weights", "save_weights_for_sampler"):
         return _save(host, kind, adapter, plan)
     if kind == "load_weights":

@@ -12,10 +12,15 @@ import os
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", default=os.environ.get("LOOPWRIGHT_WORKER_NAME", "worker0"))
-    p.add_argument("--base-model", default=os.environ.get("LOOPWRIGHT_WORKER_BASE_MODEL", "loopwright/tiny-byte-llama"))
+    p.add_argument(
+        "--base-model",
+        default=os.environ.get("LOOPWRIGHT_WORKER_BASE_MODEL", "loopwright/tiny-byte-llama"),
+    )
     p.add_argument("--device", default=os.environ.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"))
     p.add_argument("--dtype", default=os.environ.get("LOOPWRIGHT_WORKER_DTYPE", ""))
-    p.add_argument("--capacity", type=int, default=int(os.environ.get("LOOPWRIGHT_WORKER_CAPACITY", "16")))
+    p.add_argument(
+        "--capacity", type=int, default=int(os.environ.get("LOOPWRIGHT_WORKER_CAPACITY", "16"))
+    )
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     os.environ.update(
@@ -30,13 +35,21 @@ def main(argv: list[str] | None = None) -> None:
     app.worker_main(
         [
             "worker",
-            "--queues", f"gpu.{args.name}",
-            "--pool", "solo",
-            "--concurrency", "1",
-            "--prefetch-multiplier", "1",
-            "--hostname", f"{args.name}@%h",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--loglevel", args.loglevel,
+            "--queues",
+            f"gpu.{args.name}",
+            "--pool",
+            "solo",
+            "--concurrency",
+            "1",
+            "--prefetch-multiplier",
+            "1",
+            "--hostname",
+            f"{args.name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "--loglevel",
+            args.loglevel,
         ]
     )
 

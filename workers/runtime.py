@@ -55,19 +55,25 @@ class WorkerSettings:
 
 
 class WorkerRuntime:
-    def __init__(self, settings: WorkerSettings) -> None:
+    def __init__(
+        self, settings: WorkerSettings, *, host: ModelHost | None = None, heartbeat: bool = True
+    ) -> None:
         self.settings = settings
-        self.host = ModelHost(
+        self.host = host or ModelHost(
             settings.base_model,
-            HostConfig(device=settings.device, dtype=settings.dtype, max_loaded_adapters=settings.max_loaded_adapters),
+            HostConfig(
+                device=settings.device,
+                dtype=settings.dtype,
+                max_loaded_adapters=settings.max_loaded_adapters,
+            ),
         )
         self.worker = self._register()
         recovered = execution.recover_worker(worker=self.worker)
         if recovered:
             log.warning("failed %d operations left running by a previous process", recovered)
         self._stop = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True)
-        self._beat.start()
+        if heartbeat:
+            threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
 
     def _register(self):
         m = self.host.materialized
@@ -108,7 +114,11 @@ class WorkerRuntime:
                 if execution.claim(op):
                     self._finish(op, self._training(op))
                     progressed += 1
-            claimed = [op for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH) if execution.claim(op)]
+            claimed = [
+                op
+                for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH)
+                if execution.claim(op)
+            ]
             if claimed:
                 outcomes = run_samples(self.host, [(op.payload, op.plan) for op in claimed])
                 for op, outcome in zip(claimed, outcomes, strict=True):
@@ -126,7 +136,13 @@ class WorkerRuntime:
             outcome = classify(exc)
             if outcome.category == "server":
                 log.exception("operation %s (%s) failed", op.pk, op.kind)
-        log.info("%s %s seq=%s %.1f ms", op.kind, op.model_id, op.seq_id, 1000 * (time.perf_counter() - started))
+        log.info(
+            "%s %s seq=%s %.1f ms",
+            op.kind,
+            op.model_id,
+            op.seq_id,
+            1000 * (time.perf_counter() - started),
+        )
         return outcome
 
     @staticmethod

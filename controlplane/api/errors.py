@@ -21,7 +21,9 @@ def validation_response(exc: ValidationError) -> Response:
     if first.get("type") == "extra_forbidden":
         message = "unknown field"
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return error_response(400, f"{field}: {message}{more}" if field else message + more, "invalid_request", field)
+    return error_response(
+        400, f"{field}: {message}{more}" if field else message + more, "invalid_request", field
+    )
 
 
 def exception_handler(exc, context):

@@ -59,7 +59,9 @@ def worker_register(
 
 
 def worker_heartbeat(*, name: str) -> None:
-    Worker.objects.filter(name=name).update(last_heartbeat_at=timezone.now(), state=Worker.State.ACTIVE)
+    Worker.objects.filter(name=name).update(
+        last_heartbeat_at=timezone.now(), state=Worker.State.ACTIVE
+    )
 
 
 def worker_retire(*, name: str) -> None:
@@ -89,7 +91,9 @@ def worker_place(*, base_model: str) -> Worker:
         raise NoWorkerAvailable(base_model, "no live worker serves it")
     for worker in candidates:
         locked = Worker.objects.select_for_update().get(pk=worker.pk)
-        load = TrainingModel.objects.filter(worker=locked, state__in=TrainingModel.LIVE_STATES).count()
+        load = TrainingModel.objects.filter(
+            worker=locked, state__in=TrainingModel.LIVE_STATES
+        ).count()
         if load < locked.capacity:
             return locked
     raise NoWorkerAvailable(base_model, "every worker serving it is full")

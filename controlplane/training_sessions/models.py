@@ -43,7 +43,10 @@ class Session(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "-created_at"]), models.Index(fields=["state", "last_heartbeat_at"])]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"]),
+            models.Index(fields=["state", "last_heartbeat_at"]),
+        ]
 
     def save(self, *args, **kwargs) -> None:
         if not self.id:
@@ -78,7 +81,9 @@ class TrainingModel(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"),
+            models.UniqueConstraint(
+                fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"
+            ),
         ]
 
     def save(self, *args, **kwargs) -> None:
@@ -97,7 +102,9 @@ class SamplingSession(models.Model):
     base_model = models.CharField(max_length=200)
     model_path = models.CharField(max_length=500, blank=True)
     storage_path = models.CharField(max_length=1000, blank=True)
-    live_model = models.ForeignKey(TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers")
+    live_model = models.ForeignKey(
+        TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers"
+    )
     worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="samplers")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -139,7 +146,9 @@ class Operation(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="operations")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="operations")
-    model = models.ForeignKey(TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="operations")
+    model = models.ForeignKey(
+        TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="operations"
+    )
     sampling_session = models.ForeignKey(
         SamplingSession, null=True, blank=True, on_delete=models.CASCADE, related_name="operations"
     )

@@ -16,12 +16,16 @@ def session_get(*, tenant: Tenant, session_id: str) -> Session:
 
 
 def session_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[Session]:
-    return list(Session.objects.filter(tenant=tenant).order_by("-created_at")[offset : offset + limit])
+    return list(
+        Session.objects.filter(tenant=tenant).order_by("-created_at")[offset : offset + limit]
+    )
 
 
 def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:
     try:
-        return TrainingModel.objects.select_related("session", "worker").get(tenant=tenant, id=model_id)
+        return TrainingModel.objects.select_related("session", "worker").get(
+            tenant=tenant, id=model_id
+        )
     except TrainingModel.DoesNotExist:
         raise NotFound(f"model {model_id!r} not found", field="model_id") from None
 
@@ -33,9 +37,13 @@ def model_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[Tra
 
 def sampler_get(*, tenant: Tenant, sampling_session_id: str) -> SamplingSession:
     try:
-        return SamplingSession.objects.select_related("session", "worker").get(tenant=tenant, id=sampling_session_id)
+        return SamplingSession.objects.select_related("session", "worker").get(
+            tenant=tenant, id=sampling_session_id
+        )
     except SamplingSession.DoesNotExist:
-        raise NotFound(f"sampling session {sampling_session_id!r} not found", field="sampling_session_id") from None
+        raise NotFound(
+            f"sampling session {sampling_session_id!r} not found", field="sampling_session_id"
+        ) from None
 
 
 def operation_get(*, tenant: Tenant, request_id: str) -> Operation:
@@ -47,7 +55,9 @@ def operation_get(*, tenant: Tenant, request_id: str) -> Operation:
 
 def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
     try:
-        return Checkpoint.objects.select_related("model").get(tenant=tenant, tinker_path=tinker_path)
+        return Checkpoint.objects.select_related("model").get(
+            tenant=tenant, tinker_path=tinker_path
+        )
     except Checkpoint.DoesNotExist:
         raise NotFound(f"checkpoint {tinker_path!r} not found", field=field) from None
 

@@ -225,7 +225,9 @@ class ModelHost:
                 optimizer=self.pool.optimizer(model_id) if optimizer else None,
             )
 
-    def load_state(self, model_id: str, directory: Path, *, optimizer: bool) -> checkpoints.CheckpointMeta:
+    def load_state(
+        self, model_id: str, directory: Path, *, optimizer: bool
+    ) -> checkpoints.CheckpointMeta:
         """Load adapter weights into an existing adapter of the same rank and targets.
 
         With ``optimizer`` the AdamW state is restored too; without it the optimizer starts
@@ -240,8 +242,18 @@ class ModelHost:
                     f"checkpoint is for base model {meta.base_model!r}, this model is {self.base_model!r}"
                 )
             current = self.pool.config(model_id)
-            shape = (meta.lora.rank, meta.lora.train_attn, meta.lora.train_mlp, meta.lora.train_unembed)
-            if shape != (current.rank, current.train_attn, current.train_mlp, current.train_unembed):
+            shape = (
+                meta.lora.rank,
+                meta.lora.train_attn,
+                meta.lora.train_mlp,
+                meta.lora.train_unembed,
+            )
+            if shape != (
+                current.rank,
+                current.train_attn,
+                current.train_mlp,
+                current.train_unembed,
+            ):
                 raise CheckpointError(
                     f"checkpoint LoRA config {meta.lora} does not match the model's {current}"
                 )

@@ -32,7 +32,10 @@ def client_config(request: Request) -> Response:
 
 @api_view(["GET"])
 def get_server_capabilities(request: Request) -> Response:
-    models = [SupportedModel(model_name=m.name, max_context_length=m.context_length) for m in served_base_models()]
+    models = [
+        SupportedModel(model_name=m.name, max_context_length=m.context_length)
+        for m in served_base_models()
+    ]
     return Response(GetServerCapabilitiesResponse(supported_models=models).model_dump(mode="json"))
 
 

@@ -22,7 +22,11 @@ from ..parsing import parse, tenant_of
 
 
 def future(op, model_id: str | None = None) -> Response:
-    return Response(UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(mode="json", exclude_none=True))
+    return Response(
+        UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(
+            mode="json", exclude_none=True
+        )
+    )
 
 
 @api_view(["POST"])
@@ -72,7 +76,9 @@ def unload_model(request: Request) -> Response:
 @api_view(["POST"])
 def weights_info(request: Request) -> Response:
     req = parse(request, WeightsInfoRequest)
-    ckpt = selectors.checkpoint_by_path(tenant=tenant_of(request), tinker_path=req.tinker_path, field="tinker_path")
+    ckpt = selectors.checkpoint_by_path(
+        tenant=tenant_of(request), tinker_path=req.tinker_path, field="tinker_path"
+    )
     lora = ckpt.lora
     return Response(
         {
@@ -129,7 +135,10 @@ def training_runs(request: Request) -> Response:
     runs = selectors.model_list(tenant=tenant, limit=limit, offset=offset)
     total = TrainingModel.objects.filter(tenant=tenant).count()
     return Response(
-        {"training_runs": [run_json(m) for m in runs], "cursor": {"offset": offset, "limit": limit, "total_count": total}}
+        {
+            "training_runs": [run_json(m) for m in runs],
+            "cursor": {"offset": offset, "limit": limit, "total_count": total},
+        }
     )
 
 
@@ -142,4 +151,10 @@ def training_run(request: Request, model_id: str) -> Response:
 def training_run_checkpoints(request: Request, model_id: str) -> Response:
     tenant = tenant_of(request)
     model = selectors.model_get(tenant=tenant, model_id=model_id)
-    return Response({"checkpoints": [checkpoint_json(c) for c in selectors.checkpoint_list(tenant=tenant, model=model)]})
+    return Response(
+        {
+            "checkpoints": [
+                checkpoint_json(c) for c in selectors.checkpoint_list(tenant=tenant, model=model)
+            ]
+        }
+    )

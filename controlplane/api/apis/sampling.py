@@ -33,10 +33,16 @@ def create_sampling_session(request: Request) -> Response:
 def asample(request: Request) -> Response:
     req = parse(request, SampleRequest)
     if not req.sampling_session_id:
-        raise SessionError("sampling_session_id is required (create a sampling session first)", field="sampling_session_id")
+        raise SessionError(
+            "sampling_session_id is required (create a sampling session first)",
+            field="sampling_session_id",
+        )
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
     op = submit.sample_submit(
-        tenant=tenant_of(request), sampling_session_id=req.sampling_session_id, seq_id=req.seq_id, payload=payload
+        tenant=tenant_of(request),
+        sampling_session_id=req.sampling_session_id,
+        seq_id=req.seq_id,
+        payload=payload,
     )
     return future(op)
 
@@ -45,5 +51,10 @@ def asample(request: Request) -> Response:
 def sampler_detail(request: Request, sampler_id: str) -> Response:
     s = selectors.sampler_get(tenant=tenant_of(request), sampling_session_id=sampler_id)
     return Response(
-        {"sampler_id": s.id, "base_model": s.base_model, "model_path": s.model_path or None, "model_id": s.live_model_id}
+        {
+            "sampler_id": s.id,
+            "base_model": s.base_model,
+            "model_path": s.model_path or None,
+            "model_id": s.live_model_id,
+        }
     )

@@ -58,19 +58,29 @@ def session_heartbeat(request: Request) -> Response:
 
 @api_view(["GET"])
 def session_list(request: Request) -> Response:
-    found = selectors.session_list(tenant=tenant_of(request), limit=_int(request, "limit", 100), offset=_int(request, "offset", 0))
+    found = selectors.session_list(
+        tenant=tenant_of(request),
+        limit=_int(request, "limit", 100),
+        offset=_int(request, "offset", 0),
+    )
     # ``sessions`` (ids) is what the official SDK reads; ``session_infos`` has the details.
-    return Response({"sessions": [s.id for s in found], "session_infos": [session_json(s) for s in found]})
+    return Response(
+        {"sessions": [s.id for s in found], "session_infos": [session_json(s) for s in found]}
+    )
 
 
 @api_view(["GET"])
 def session_detail(request: Request, session_id: str) -> Response:
-    return Response(session_json(selectors.session_get(tenant=tenant_of(request), session_id=session_id)))
+    return Response(
+        session_json(selectors.session_get(tenant=tenant_of(request), session_id=session_id))
+    )
 
 
 @api_view(["POST"])
 def session_stop(request: Request, session_id: str) -> Response:
-    return Response(session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id)))
+    return Response(
+        session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id))
+    )
 
 
 def _int(request: Request, name: str, default: int) -> int:

@@ -26,7 +26,12 @@ EPHEMERAL_TTL_SECONDS = 24 * 3600
 def _submit(request: Request, req, kind: str, plan=None) -> Response:
     payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
     op = submit.training_submit(
-        tenant=tenant_of(request), model_id=req.model_id, seq_id=req.seq_id, kind=kind, payload=payload, plan=plan
+        tenant=tenant_of(request),
+        model_id=req.model_id,
+        seq_id=req.seq_id,
+        kind=kind,
+        payload=payload,
+        plan=plan,
     )
     return future(op, req.model_id)
 
@@ -49,8 +54,15 @@ def optim_step(request: Request) -> Response:
 @api_view(["POST"])
 def save_weights(request: Request) -> Response:
     req = parse(request, SaveWeightsRequest)
-    name = submit.checkpoint_name(req.path, f"state-{req.seq_id}" if req.seq_id is not None else None)
-    plan = submit.save_plan(kind=Checkpoint.Kind.TRAINING, name=name, overwrite=req.overwrite, ttl_seconds=req.ttl_seconds)
+    name = submit.checkpoint_name(
+        req.path, f"state-{req.seq_id}" if req.seq_id is not None else None
+    )
+    plan = submit.save_plan(
+        kind=Checkpoint.Kind.TRAINING,
+        name=name,
+        overwrite=req.overwrite,
+        ttl_seconds=req.ttl_seconds,
+    )
     return _submit(request, req, Operation.Kind.SAVE_WEIGHTS, plan)
 
 
@@ -61,13 +73,22 @@ def save_weights_for_sampler(request: Request) -> Response:
         # Ephemeral: the weights as of now, for a sampler the client uses at once.
         name = submit.checkpoint_name(None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}")
         plan = submit.save_plan(
-            kind=Checkpoint.Kind.SAMPLER, name=name, overwrite=True, ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
+            kind=Checkpoint.Kind.SAMPLER,
+            name=name,
+            overwrite=True,
+            ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
             sampler_id=submit.new_sampler_id(),
         )
     else:
-        name = submit.checkpoint_name(req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None)
+        name = submit.checkpoint_name(
+            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None
+        )
         plan = submit.save_plan(
-            kind=Checkpoint.Kind.SAMPLER, name=name, overwrite=False, ttl_seconds=req.ttl_seconds, merge=req.merge_weights
+            kind=Checkpoint.Kind.SAMPLER,
+            name=name,
+            overwrite=False,
+            ttl_seconds=req.ttl_seconds,
+            merge=req.merge_weights,
         )
     return _submit(request, req, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER, plan)
 

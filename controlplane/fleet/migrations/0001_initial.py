@@ -5,37 +5,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='BaseModel',
+            name="BaseModel",
             fields=[
-                ('name', models.CharField(max_length=200, primary_key=True, serialize=False)),
-                ('description', models.TextField(blank=True)),
-                ('context_length', models.PositiveIntegerField()),
-                ('chat_template', models.TextField(blank=True, null=True)),
-                ('tokenizer_files', models.JSONField(default=dict)),
-                ('tokenizer_path', models.CharField(blank=True, max_length=1000)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("name", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("description", models.TextField(blank=True)),
+                ("context_length", models.PositiveIntegerField()),
+                ("chat_template", models.TextField(blank=True, null=True)),
+                ("tokenizer_files", models.JSONField(default=dict)),
+                ("tokenizer_path", models.CharField(blank=True, max_length=1000)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Worker',
+            name="Worker",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('queue', models.CharField(max_length=200)),
-                ('capacity', models.PositiveIntegerField(help_text='training models it will hold at once')),
-                ('device', models.CharField(default='cpu', max_length=100)),
-                ('state', models.CharField(choices=[('active', 'Active'), ('gone', 'Gone')], default='active', max_length=16)),
-                ('started_at', models.DateTimeField()),
-                ('last_heartbeat_at', models.DateTimeField()),
-                ('base_model', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='workers', to='fleet.basemodel')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("queue", models.CharField(max_length=200)),
+                (
+                    "capacity",
+                    models.PositiveIntegerField(help_text="training models it will hold at once"),
+                ),
+                ("device", models.CharField(default="cpu", max_length=100)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("active", "Active"), ("gone", "Gone")],
+                        default="active",
+                        max_length=16,
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("last_heartbeat_at", models.DateTimeField()),
+                (
+                    "base_model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="workers",
+                        to="fleet.basemodel",
+                    ),
+                ),
             ],
         ),
     ]

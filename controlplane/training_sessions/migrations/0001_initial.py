@@ -5,134 +5,344 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('fleet', '0001_initial'),
-        ('tenants', '0001_initial'),
+        ("fleet", "0001_initial"),
+        ("tenants", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Session',
+            name="Session",
             fields=[
-                ('id', models.CharField(default='', editable=False, max_length=64, primary_key=True, serialize=False)),
-                ('name', models.CharField(blank=True, max_length=200)),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('active', 'Active'), ('stopping', 'Stopping'), ('stopped', 'Stopped'), ('failed', 'Failed'), ('expired', 'Expired')], default='pending', max_length=16)),
-                ('tags', models.JSONField(default=list)),
-                ('user_metadata', models.JSONField(blank=True, null=True)),
-                ('sdk_version', models.CharField(blank=True, max_length=64)),
-                ('platform', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sessions', to='tenants.tenant')),
+                (
+                    "id",
+                    models.CharField(
+                        default="", editable=False, max_length=64, primary_key=True, serialize=False
+                    ),
+                ),
+                ("name", models.CharField(blank=True, max_length=200)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("active", "Active"),
+                            ("stopping", "Stopping"),
+                            ("stopped", "Stopped"),
+                            ("failed", "Failed"),
+                            ("expired", "Expired"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("tags", models.JSONField(default=list)),
+                ("user_metadata", models.JSONField(blank=True, null=True)),
+                ("sdk_version", models.CharField(blank=True, max_length=64)),
+                ("platform", models.JSONField(default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="tenants.tenant",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='TrainingModel',
+            name="TrainingModel",
             fields=[
-                ('id', models.CharField(default='', editable=False, max_length=64, primary_key=True, serialize=False)),
-                ('model_seq_id', models.IntegerField()),
-                ('base_model', models.CharField(max_length=200)),
-                ('lora', models.JSONField()),
-                ('user_metadata', models.JSONField(blank=True, null=True)),
-                ('state', models.CharField(choices=[('creating', 'Creating'), ('ready', 'Ready'), ('unloading', 'Unloading'), ('unloaded', 'Unloaded'), ('failed', 'Failed')], default='creating', max_length=16)),
-                ('next_seq', models.IntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('last_request_at', models.DateTimeField(auto_now_add=True)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='models', to='training_sessions.session')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='training_models', to='tenants.tenant')),
-                ('worker', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='models', to='fleet.worker')),
+                (
+                    "id",
+                    models.CharField(
+                        default="", editable=False, max_length=64, primary_key=True, serialize=False
+                    ),
+                ),
+                ("model_seq_id", models.IntegerField()),
+                ("base_model", models.CharField(max_length=200)),
+                ("lora", models.JSONField()),
+                ("user_metadata", models.JSONField(blank=True, null=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("creating", "Creating"),
+                            ("ready", "Ready"),
+                            ("unloading", "Unloading"),
+                            ("unloaded", "Unloaded"),
+                            ("failed", "Failed"),
+                        ],
+                        default="creating",
+                        max_length=16,
+                    ),
+                ),
+                ("next_seq", models.IntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("last_request_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="models",
+                        to="training_sessions.session",
+                    ),
+                ),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_models",
+                        to="tenants.tenant",
+                    ),
+                ),
+                (
+                    "worker",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="models",
+                        to="fleet.worker",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='SamplingSession',
+            name="SamplingSession",
             fields=[
-                ('id', models.CharField(default='', editable=False, max_length=64, primary_key=True, serialize=False)),
-                ('sampling_session_seq_id', models.IntegerField(null=True)),
-                ('base_model', models.CharField(max_length=200)),
-                ('model_path', models.CharField(blank=True, max_length=500)),
-                ('storage_path', models.CharField(blank=True, max_length=1000)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sampling_sessions', to='tenants.tenant')),
-                ('worker', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='samplers', to='fleet.worker')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sampling_sessions', to='training_sessions.session')),
-                ('live_model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='samplers', to='training_sessions.trainingmodel')),
+                (
+                    "id",
+                    models.CharField(
+                        default="", editable=False, max_length=64, primary_key=True, serialize=False
+                    ),
+                ),
+                ("sampling_session_seq_id", models.IntegerField(null=True)),
+                ("base_model", models.CharField(max_length=200)),
+                ("model_path", models.CharField(blank=True, max_length=500)),
+                ("storage_path", models.CharField(blank=True, max_length=1000)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sampling_sessions",
+                        to="tenants.tenant",
+                    ),
+                ),
+                (
+                    "worker",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="samplers",
+                        to="fleet.worker",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sampling_sessions",
+                        to="training_sessions.session",
+                    ),
+                ),
+                (
+                    "live_model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="samplers",
+                        to="training_sessions.trainingmodel",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Operation',
+            name="Operation",
             fields=[
-                ('id', models.CharField(default='', editable=False, max_length=64, primary_key=True, serialize=False)),
-                ('seq_id', models.IntegerField(blank=True, null=True)),
-                ('kind', models.CharField(choices=[('create_model', 'Create Model'), ('forward', 'Forward'), ('forward_backward', 'Forward Backward'), ('optim_step', 'Optim Step'), ('save_weights', 'Save Weights'), ('save_weights_for_sampler', 'Save Weights For Sampler'), ('load_weights', 'Load Weights'), ('unload_model', 'Unload Model'), ('sample', 'Sample')], max_length=32)),
-                ('payload', models.JSONField()),
-                ('plan', models.JSONField(default=dict)),
-                ('payload_digest', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('failed', 'Failed')], default='pending', max_length=16)),
-                ('result', models.JSONField(blank=True, null=True)),
-                ('error', models.TextField(blank=True)),
-                ('error_category', models.CharField(blank=True, max_length=16)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='operations', to='tenants.tenant')),
-                ('worker', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='operations', to='fleet.worker')),
-                ('sampling_session', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='operations', to='training_sessions.samplingsession')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='operations', to='training_sessions.session')),
-                ('model', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='operations', to='training_sessions.trainingmodel')),
+                (
+                    "id",
+                    models.CharField(
+                        default="", editable=False, max_length=64, primary_key=True, serialize=False
+                    ),
+                ),
+                ("seq_id", models.IntegerField(blank=True, null=True)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("create_model", "Create Model"),
+                            ("forward", "Forward"),
+                            ("forward_backward", "Forward Backward"),
+                            ("optim_step", "Optim Step"),
+                            ("save_weights", "Save Weights"),
+                            ("save_weights_for_sampler", "Save Weights For Sampler"),
+                            ("load_weights", "Load Weights"),
+                            ("unload_model", "Unload Model"),
+                            ("sample", "Sample"),
+                        ],
+                        max_length=32,
+                    ),
+                ),
+                ("payload", models.JSONField()),
+                ("plan", models.JSONField(default=dict)),
+                ("payload_digest", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("running", "Running"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                        ],
+                        default="pending",
+                        max_length=16,
+                    ),
+                ),
+                ("result", models.JSONField(blank=True, null=True)),
+                ("error", models.TextField(blank=True)),
+                ("error_category", models.CharField(blank=True, max_length=16)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="operations",
+                        to="tenants.tenant",
+                    ),
+                ),
+                (
+                    "worker",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="operations",
+                        to="fleet.worker",
+                    ),
+                ),
+                (
+                    "sampling_session",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="operations",
+                        to="training_sessions.samplingsession",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="operations",
+                        to="training_sessions.session",
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="operations",
+                        to="training_sessions.trainingmodel",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('kind', models.CharField(choices=[('training', 'Training'), ('sampler', 'Sampler')], max_length=16)),
-                ('name', models.CharField(max_length=200)),
-                ('tinker_path', models.CharField(max_length=500, unique=True)),
-                ('storage_path', models.CharField(max_length=1000)),
-                ('merged_path', models.CharField(blank=True, max_length=1000)),
-                ('size_bytes', models.BigIntegerField(null=True)),
-                ('lora', models.JSONField()),
-                ('base_model', models.CharField(max_length=200)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='tenants.tenant')),
-                ('model', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='training_sessions.trainingmodel')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("training", "Training"), ("sampler", "Sampler")], max_length=16
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("tinker_path", models.CharField(max_length=500, unique=True)),
+                ("storage_path", models.CharField(max_length=1000)),
+                ("merged_path", models.CharField(blank=True, max_length=1000)),
+                ("size_bytes", models.BigIntegerField(null=True)),
+                ("lora", models.JSONField()),
+                ("base_model", models.CharField(max_length=200)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "tenant",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="checkpoints",
+                        to="tenants.tenant",
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="checkpoints",
+                        to="training_sessions.trainingmodel",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='session',
-            index=models.Index(fields=['tenant', '-created_at'], name='training_se_tenant__dd64d9_idx'),
+            model_name="session",
+            index=models.Index(
+                fields=["tenant", "-created_at"], name="training_se_tenant__dd64d9_idx"
+            ),
         ),
         migrations.AddIndex(
-            model_name='session',
-            index=models.Index(fields=['state', 'last_heartbeat_at'], name='training_se_state_11dd24_idx'),
+            model_name="session",
+            index=models.Index(
+                fields=["state", "last_heartbeat_at"], name="training_se_state_11dd24_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='trainingmodel',
-            constraint=models.UniqueConstraint(fields=('session', 'model_seq_id'), name='uniq_model_seq_per_session'),
+            model_name="trainingmodel",
+            constraint=models.UniqueConstraint(
+                fields=("session", "model_seq_id"), name="uniq_model_seq_per_session"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='samplingsession',
-            constraint=models.UniqueConstraint(condition=models.Q(('sampling_session_seq_id__isnull', False)), fields=('session', 'sampling_session_seq_id'), name='uniq_sampler_seq_per_session'),
+            model_name="samplingsession",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("sampling_session_seq_id__isnull", False)),
+                fields=("session", "sampling_session_seq_id"),
+                name="uniq_sampler_seq_per_session",
+            ),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(fields=['worker', 'status'], name='training_se_worker__ca0e7f_idx'),
+            model_name="operation",
+            index=models.Index(fields=["worker", "status"], name="training_se_worker__ca0e7f_idx"),
         ),
         migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(fields=['model', 'status', 'seq_id'], name='training_se_model_i_fb50ca_idx'),
+            model_name="operation",
+            index=models.Index(
+                fields=["model", "status", "seq_id"], name="training_se_model_i_fb50ca_idx"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='operation',
-            constraint=models.UniqueConstraint(condition=models.Q(('model__isnull', False), ('seq_id__isnull', False)), fields=('model', 'seq_id'), name='uniq_op_seq_per_model'),
+            model_name="operation",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("model__isnull", False), ("seq_id__isnull", False)),
+                fields=("model", "seq_id"),
+                name="uniq_op_seq_per_model",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='operation',
-            constraint=models.UniqueConstraint(condition=models.Q(('sampling_session__isnull', False), ('seq_id__isnull', False)), fields=('sampling_session', 'seq_id'), name='uniq_op_seq_per_sampler'),
+            model_name="operation",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("sampling_session__isnull", False), ("seq_id__isnull", False)),
+                fields=("sampling_session", "seq_id"),
+                name="uniq_op_seq_per_sampler",
+            ),
         ),
     ]

@@ -28,7 +28,10 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
     """For each model on the worker, its next operation in seq order, if it has arrived."""
     return list(
         Operation.objects.filter(
-            worker=worker, status=Operation.Status.PENDING, model__isnull=False, seq_id=F("model__next_seq")
+            worker=worker,
+            status=Operation.Status.PENDING,
+            model__isnull=False,
+            seq_id=F("model__next_seq"),
         )
         .select_related("model")
         .order_by("created_at")
@@ -37,8 +40,9 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
 
 def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
     return list(
-        Operation.objects.filter(worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE)
-        .order_by("created_at")[:limit]
+        Operation.objects.filter(
+            worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
+        ).order_by("created_at")[:limit]
     )
 
 
@@ -66,8 +70,13 @@ def complete(op: Operation, result: dict) -> None:
 
 @transaction.atomic
 def fail(op: Operation, error: str, category: str) -> None:
-    updated = Operation.objects.filter(pk=op.pk, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)).update(
-        status=Operation.Status.FAILED, error=error[:10000], error_category=category, finished_at=timezone.now()
+    updated = Operation.objects.filter(
+        pk=op.pk, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
+    ).update(
+        status=Operation.Status.FAILED,
+        error=error[:10000],
+        error_category=category,
+        finished_at=timezone.now(),
     )
     if not updated:
         return
@@ -81,7 +90,9 @@ def fail(op: Operation, error: str, category: str) -> None:
 
 def _advance(op: Operation) -> None:
     if op.model_id is not None and op.seq_id is not None:
-        TrainingModel.objects.filter(pk=op.model_id, next_seq=op.seq_id).update(next_seq=op.seq_id + 1)
+        TrainingModel.objects.filter(pk=op.model_id, next_seq=op.seq_id).update(
+            next_seq=op.seq_id + 1
+        )
 
 
 def _apply_effects(op: Operation, result: dict) -> None:
@@ -90,7 +101,9 @@ def _apply_effects(op: Operation, result: dict) -> None:
         TrainingModel.objects.filter(pk=op.model_id, state=TrainingModel.State.CREATING).update(
             state=TrainingModel.State.READY
         )
-        Session.objects.filter(pk=op.session_id, state=Session.State.PENDING).update(state=Session.State.ACTIVE)
+        Session.objects.filter(pk=op.session_id, state=Session.State.PENDING).update(
+            state=Session.State.ACTIVE
+        )
     elif kind == Operation.Kind.UNLOAD_MODEL:
         TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.UNLOADED)
         session_finish_if_unloaded(op.session_id)
@@ -119,9 +132,14 @@ def _record_checkpoint(op: Operation, result: dict) -> None:
     )
     if op.plan.get("sampler_id"):
         SamplingSession.objects.create(
-            id=op.plan["sampler_id"], tenant_id=op.tenant_id, session_id=op.session_id,
-            sampling_session_seq_id=op.payload.get("sampling_session_seq_id"), base_model=model.base_model,
-            model_path=spec["tinker_path"], storage_path=spec["storage_path"], worker_id=op.worker_id,
+            id=op.plan["sampler_id"],
+            tenant_id=op.tenant_id,
+            session_id=op.session_id,
+            sampling_session_seq_id=op.payload.get("sampling_session_seq_id"),
+            base_model=model.base_model,
+            model_path=spec["tinker_path"],
+            storage_path=spec["storage_path"],
+            worker_id=op.worker_id,
         )
 
 
@@ -146,6 +164,10 @@ def recover_worker(*, worker: Worker) -> int:
     for model in lost:
         pending = model.operations.filter(status=Operation.Status.PENDING)
         for op in pending:
-            fail(op, f"model {model.id} was lost when its worker restarted; resume from a saved state", "server")
+            fail(
+                op,
+                f"model {model.id} was lost when its worker restarted; resume from a saved state",
+                "server",
+            )
     lost.update(state=TrainingModel.State.FAILED)
     return len(running)

@@ -14,11 +14,23 @@ from ..errors import Gone
 from ..models import Session, TrainingModel
 from ..selectors import session_get
 
-PLATFORM_FIELDS = ("role_arn", "model_package_group_arn", "s3_output_path", "kms_key_arn", "vpc_config")
+PLATFORM_FIELDS = (
+    "role_arn",
+    "model_package_group_arn",
+    "s3_output_path",
+    "kms_key_arn",
+    "vpc_config",
+)
 
 
 def session_create(
-    *, tenant: Tenant, name: str = "", tags=(), user_metadata=None, sdk_version: str = "", platform=None
+    *,
+    tenant: Tenant,
+    name: str = "",
+    tags=(),
+    user_metadata=None,
+    sdk_version: str = "",
+    platform=None,
 ) -> Session:
     return Session.objects.create(
         tenant=tenant,
@@ -26,7 +38,9 @@ def session_create(
         tags=list(tags or []),
         user_metadata=user_metadata,
         sdk_version=sdk_version or "",
-        platform={k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None},
+        platform={
+            k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None
+        },
         last_heartbeat_at=timezone.now(),
     )
 
@@ -45,18 +59,28 @@ def session_touch(session: Session) -> None:
 
 
 @transaction.atomic
-def session_stop(*, tenant: Tenant, session_id: str, final_state: str = Session.State.STOPPED) -> Session:
+def session_stop(
+    *, tenant: Tenant, session_id: str, final_state: str = Session.State.STOPPED
+) -> Session:
     """Unload every live model (after the operations already queued), then the session is over."""
     from .submit import model_unload
 
-    session = Session.objects.select_for_update().get(pk=session_get(tenant=tenant, session_id=session_id).pk)
+    session = Session.objects.select_for_update().get(
+        pk=session_get(tenant=tenant, session_id=session_id).pk
+    )
     if session.state in (Session.State.STOPPED, Session.State.EXPIRED, Session.State.FAILED):
         return session
-    live = list(session.models.filter(state__in=(TrainingModel.State.CREATING, TrainingModel.State.READY)))
+    live = list(
+        session.models.filter(state__in=(TrainingModel.State.CREATING, TrainingModel.State.READY))
+    )
     for model in live:
         model_unload(tenant=tenant, model=model, ending=True)
     ending_models = session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
-    session.state = Session.State.STOPPING if ending_models and final_state == Session.State.STOPPED else final_state
+    session.state = (
+        Session.State.STOPPING
+        if ending_models and final_state == Session.State.STOPPED
+        else final_state
+    )
     session.ended_at = timezone.now()
     session.save(update_fields=["state", "ended_at"])
     return session
@@ -65,7 +89,10 @@ def session_stop(*, tenant: Tenant, session_id: str, final_state: str = Session.
 def session_finish_if_unloaded(session_id: str) -> None:
     """Called when a model unloads: a stopping session with no live model is stopped."""
     session = Session.objects.select_for_update().get(pk=session_id)
-    if session.state == Session.State.STOPPING and not session.models.filter(state__in=TrainingModel.LIVE_STATES).exists():
+    if (
+        session.state == Session.State.STOPPING
+        and not session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
+    ):
         session.state = Session.State.STOPPED
         session.save(update_fields=["state"])
 
@@ -79,6 +106,8 @@ def sessions_expire_idle(*, now=None) -> list[str]:
     ).select_related("tenant")
     expired = []
     for session in idle:
-        session_stop(tenant=session.tenant, session_id=session.id, final_state=Session.State.EXPIRED)
+        session_stop(
+            tenant=session.tenant, session_id=session.id, final_state=Session.State.EXPIRED
+        )
         expired.append(session.id)
     return expired

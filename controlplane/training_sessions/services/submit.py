@@ -33,23 +33,32 @@ DEFAULT_ALPHA = 32.0
 
 
 def digest(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def _require_open(session: Session) -> None:
     if session.state not in OPEN_STATES:
-        raise NotActive(f"session {session.id} is {session.state}; it takes no more operations", field="session_id")
+        raise NotActive(
+            f"session {session.id} is {session.state}; it takes no more operations",
+            field="session_id",
+        )
 
 
 def _require_ready(model: TrainingModel) -> None:
     _require_open(model.session)
     if model.state not in (TrainingModel.State.CREATING, TrainingModel.State.READY):
-        raise NotActive(f"model {model.id} is {model.state}; it takes no more operations", field="model_id")
+        raise NotActive(
+            f"model {model.id} is {model.state}; it takes no more operations", field="model_id"
+        )
 
 
 def _existing_or_conflict(existing: Operation, payload_digest: str, what: str) -> Operation:
     if existing.payload_digest != payload_digest:
-        raise Conflict(f"{what} was already used by a different request ({existing.id})", field="seq_id")
+        raise Conflict(
+            f"{what} was already used by a different request ({existing.id})", field="seq_id"
+        )
     return existing
 
 
@@ -62,7 +71,9 @@ def _create_op(lookup: dict, what: str, **fields) -> Operation:
         with transaction.atomic():
             op = Operation.objects.create(**lookup, **fields)
     except IntegrityError:
-        return _existing_or_conflict(Operation.objects.get(**lookup), fields["payload_digest"], what)
+        return _existing_or_conflict(
+            Operation.objects.get(**lookup), fields["payload_digest"], what
+        )
     dispatch.wake_worker(op.worker.queue)
     return op
 
@@ -70,11 +81,22 @@ def _create_op(lookup: dict, what: str, **fields) -> Operation:
 # -- models ----------------------------------------------------------------------------------
 @transaction.atomic
 def model_create(
-    *, tenant: Tenant, session_id: str, model_seq_id: int, base_model: str, lora: dict, user_metadata=None
+    *,
+    tenant: Tenant,
+    session_id: str,
+    model_seq_id: int,
+    base_model: str,
+    lora: dict,
+    user_metadata=None,
 ) -> Operation:
     session = session_get(tenant=tenant, session_id=session_id)
     _require_open(session)
-    payload = {"base_model": base_model, "lora": lora, "model_seq_id": model_seq_id, "user_metadata": user_metadata}
+    payload = {
+        "base_model": base_model,
+        "lora": lora,
+        "model_seq_id": model_seq_id,
+        "user_metadata": user_metadata,
+    }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
     if existing is not None:
         op = existing.operations.get(kind=Operation.Kind.CREATE_MODEL)
@@ -85,15 +107,26 @@ def model_create(
         raise Unavailable(str(exc), field="base_model") from exc
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     model = TrainingModel.objects.create(
-        tenant=tenant, session=session, model_seq_id=model_seq_id, base_model=base_model,
-        lora=lora, user_metadata=user_metadata, worker=worker, next_seq=0,
+        tenant=tenant,
+        session=session,
+        model_seq_id=model_seq_id,
+        base_model=base_model,
+        lora=lora,
+        user_metadata=user_metadata,
+        worker=worker,
+        next_seq=0,
     )
     session_touch(session)
     return _create_op(
         {"model": model, "seq_id": 0},
         "create_model",
-        tenant=tenant, session=session, worker=worker, kind=Operation.Kind.CREATE_MODEL,
-        payload=payload, payload_digest=digest(payload), plan={"adapter": model.id, "lora": lora},
+        tenant=tenant,
+        session=session,
+        worker=worker,
+        kind=Operation.Kind.CREATE_MODEL,
+        payload=payload,
+        payload_digest=digest(payload),
+        plan={"adapter": model.id, "lora": lora},
     )
 
 
@@ -116,23 +149,36 @@ def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) 
     return _create_op(
         {"model": model, "seq_id": seq},
         "unload_model",
-        tenant=tenant, session=model.session, worker=model.worker, kind=Operation.Kind.UNLOAD_MODEL,
-        payload=payload, payload_digest=digest(payload), plan={"adapter": model.id},
+        tenant=tenant,
+        session=model.session,
+        worker=model.worker,
+        kind=Operation.Kind.UNLOAD_MODEL,
+        payload=payload,
+        payload_digest=digest(payload),
+        plan={"adapter": model.id},
     )
 
 
 # -- training operations ----------------------------------------------------------------------
 @transaction.atomic
 def training_submit(
-    *, tenant: Tenant, model_id: str, seq_id: int | None, kind: str, payload: dict, plan: dict | None = None
+    *,
+    tenant: Tenant,
+    model_id: str,
+    seq_id: int | None,
+    kind: str,
+    payload: dict,
+    plan: dict | None = None,
 ) -> Operation:
-    model = TrainingModel.objects.select_for_update().select_related("session", "worker").get(
-        pk=model_get(tenant=tenant, model_id=model_id).pk
+    model = (
+        TrainingModel.objects.select_for_update()
+        .select_related("session", "worker")
+        .get(pk=model_get(tenant=tenant, model_id=model_id).pk)
     )
     if seq_id is not None:
         existing = Operation.objects.filter(model=model, seq_id=seq_id).first()
-        if existing is not None:  # a retry: same answer whatever state the session is in now
-            return _existing_or_conflict(existing, digest(payload), f"seq_id {seq_id} of model {model.id}")
+        if existing is not None and existing.payload_digest == digest(payload):
+            return existing  # a retry: same answer whatever state the session is in now
     _require_ready(model)
     if seq_id is None:
         top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
@@ -140,15 +186,22 @@ def training_submit(
     elif seq_id < 1:
         raise SessionError(f"seq_id must be ≥ 1, got {seq_id}", field="seq_id")
     elif seq_id < model.next_seq:
-        raise Conflict(f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id")
+        raise Conflict(
+            f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id"
+        )
     plan = {"adapter": model.id, **(plan(model) if callable(plan) else plan or {})}
     TrainingModel.objects.filter(pk=model.pk).update(last_request_at=timezone.now())
     session_touch(model.session)
     return _create_op(
         {"model": model, "seq_id": seq_id},
         f"seq_id {seq_id} of model {model.id}",
-        tenant=tenant, session=model.session, worker=model.worker, kind=kind,
-        payload=payload, payload_digest=digest(payload), plan=plan,
+        tenant=tenant,
+        session=model.session,
+        worker=model.worker,
+        kind=kind,
+        payload=payload,
+        payload_digest=digest(payload),
+        plan=plan,
     )
 
 
@@ -169,20 +222,35 @@ def checkpoint_location(model: TrainingModel, kind: str, name: str) -> tuple[str
     return f"tinker://{model.id}/{folder}/{name}", str(storage)
 
 
-def save_plan(*, kind: str, name: str, overwrite: bool, ttl_seconds: int | None, merge: bool = False,
-              sampler_id: str | None = None):
+def save_plan(
+    *,
+    kind: str,
+    name: str,
+    overwrite: bool,
+    ttl_seconds: int | None,
+    merge: bool = False,
+    sampler_id: str | None = None,
+):
     """A plan factory for save_weights / save_weights_for_sampler, resolved against the model."""
 
     def plan(model: TrainingModel) -> dict:
         tinker_path, storage = checkpoint_location(model, kind, name)
         if not overwrite and Checkpoint.objects.filter(tinker_path=tinker_path).exists():
-            raise Conflict(f"checkpoint {tinker_path} exists (pass overwrite to replace it)", field="path")
+            raise Conflict(
+                f"checkpoint {tinker_path} exists (pass overwrite to replace it)", field="path"
+            )
         expires = None
         if ttl_seconds:
             expires = (timezone.now() + timedelta(seconds=ttl_seconds)).isoformat()
         return {
-            "checkpoint": {"kind": kind, "name": name, "tinker_path": tinker_path, "storage_path": storage,
-                           "expires_at": expires, "merge": merge},
+            "checkpoint": {
+                "kind": kind,
+                "name": name,
+                "tinker_path": tinker_path,
+                "storage_path": storage,
+                "expires_at": expires,
+                "merge": merge,
+            },
             "sampler_id": sampler_id,
         }
 
@@ -199,8 +267,13 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
                 field="path",
             )
         if ckpt.base_model != model.base_model:
-            raise SessionError(f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}", field="path")
-        return {"load": {"storage_path": ckpt.storage_path, "optimizer": optimizer, "tinker_path": path}}
+            raise SessionError(
+                f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}",
+                field="path",
+            )
+        return {
+            "load": {"storage_path": ckpt.storage_path, "optimizer": optimizer, "tinker_path": path}
+        }
 
     return plan
 
@@ -208,12 +281,19 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
 # -- sampling --------------------------------------------------------------------------------
 @transaction.atomic
 def sampler_create(
-    *, tenant: Tenant, session_id: str, seq: int | None, base_model: str | None, model_path: str | None,
+    *,
+    tenant: Tenant,
+    session_id: str,
+    seq: int | None,
+    base_model: str | None,
+    model_path: str | None,
     model_id: str | None,
 ) -> SamplingSession:
     session = session_get(tenant=tenant, session_id=session_id)
     if seq is not None:
-        existing = SamplingSession.objects.filter(session=session, sampling_session_seq_id=seq).first()
+        existing = SamplingSession.objects.filter(
+            session=session, sampling_session_seq_id=seq
+        ).first()
         if existing is not None:
             return existing
     _require_open(session)
@@ -225,7 +305,12 @@ def sampler_create(
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
         worker = _sampler_worker(ckpt.base_model, prefer=ckpt.model.worker)
-        fields.update(base_model=ckpt.base_model, model_path=model_path, storage_path=ckpt.storage_path, worker=worker)
+        fields.update(
+            base_model=ckpt.base_model,
+            model_path=model_path,
+            storage_path=ckpt.storage_path,
+            worker=worker,
+        )
     elif base_model:
         fields.update(base_model=base_model, worker=_sampler_worker(base_model))
     else:
@@ -255,20 +340,29 @@ def sampler_plan(sampler: SamplingSession) -> dict:
 
 
 @transaction.atomic
-def sample_submit(*, tenant: Tenant, sampling_session_id: str, seq_id: int | None, payload: dict) -> Operation:
+def sample_submit(
+    *, tenant: Tenant, sampling_session_id: str, seq_id: int | None, payload: dict
+) -> Operation:
     sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
     lookup = {"sampling_session": sampler, "seq_id": seq_id if seq_id is not None else None}
     if seq_id is not None:
         existing = Operation.objects.filter(**lookup).first()
         if existing is not None:
-            return _existing_or_conflict(existing, digest(payload), f"seq_id {seq_id} of sampler {sampler.id}")
+            return _existing_or_conflict(
+                existing, digest(payload), f"seq_id {seq_id} of sampler {sampler.id}"
+            )
     _require_open(sampler.session)
     if sampler.live_model_id:
         _require_ready(sampler.live_model)
     session_touch(sampler.session)
     fields = dict(
-        tenant=tenant, session=sampler.session, worker=sampler.worker, kind=Operation.Kind.SAMPLE,
-        payload=payload, payload_digest=digest(payload), plan=sampler_plan(sampler),
+        tenant=tenant,
+        session=sampler.session,
+        worker=sampler.worker,
+        kind=Operation.Kind.SAMPLE,
+        payload=payload,
+        payload_digest=digest(payload),
+        plan=sampler_plan(sampler),
     )
     if seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)

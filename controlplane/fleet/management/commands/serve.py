@@ -30,13 +30,19 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--host", default=os.environ.get("LOOPWRIGHT_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("LOOPWRIGHT_PORT", "8000")))
         parser.add_argument(
-            "--base-model", action="append", dest="base_models",
+            "--port", type=int, default=int(os.environ.get("LOOPWRIGHT_PORT", "8000"))
+        )
+        parser.add_argument(
+            "--base-model",
+            action="append",
+            dest="base_models",
             help="a base model to serve (repeatable); default: SmolLM2-135M-Instruct and the tiny model",
         )
         parser.add_argument("--device", default=os.environ.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"))
-        parser.add_argument("--threads", type=int, default=64, help="HTTP threads (long polls hold one each)")
+        parser.add_argument(
+            "--threads", type=int, default=64, help="HTTP threads (long polls hold one each)"
+        )
 
     def handle(self, *args, **opts) -> None:
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -68,15 +74,37 @@ class Command(BaseCommand):
 
     def _http(self, opts) -> subprocess.Popen:
         cmd = [
-            sys.executable, "-m", "gunicorn", "controlplane.wsgi:application",
-            "--bind", f"{opts['host']}:{opts['port']}", "--worker-class", "gthread",
-            "--workers", "1", "--threads", str(opts["threads"]), "--timeout", "120",
-            "--access-logfile", "-",
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "controlplane.wsgi:application",
+            "--bind",
+            f"{opts['host']}:{opts['port']}",
+            "--worker-class",
+            "gthread",
+            "--workers",
+            "1",
+            "--threads",
+            str(opts["threads"]),
+            "--timeout",
+            "120",
+            "--access-logfile",
+            "-",
         ]
         return subprocess.Popen(cmd)
 
     def _worker(self, name: str, base_model: str, device: str) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "workers.run", "--name", name, "--base-model", base_model, "--device", device]
+        cmd = [
+            sys.executable,
+            "-m",
+            "workers.run",
+            "--name",
+            name,
+            "--base-model",
+            base_model,
+            "--device",
+            device,
+        ]
         return subprocess.Popen(cmd)
 
     def _supervise(self, children: list[subprocess.Popen], stop: threading.Event) -> None:

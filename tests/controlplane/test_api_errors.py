@@ -1,0 +1,122 @@
+"""Bad input gets a clear 4xx naming the field; nothing is harmed."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane.fleet.models import Worker
+from controlplane.training_sessions.models import Session
+from controlplane.training_sessions.services.sessions import sessions_expire_idle
+
+from .conftest import TINY
+from .wire import create_model, datum, fwdbwd, open_session
+
+pytestmark = pytest.mark.django_db
+
+
+def test_authentication(alice, client) -> None:
+    assert client.get("/api/v1/healthz").json() == {"status": "ok"}  # no key needed
+    r = client.post("/api/v1/create_session", {}, content_type="application/json")
+    assert r.status_code == 401 and r.json()["code"] == "unauthenticated"
+    r = client.post(
+        "/api/v1/create_session",
+        {},
+        content_type="application/json",
+        HTTP_X_API_KEY="tml-nope.nope",
+    )
+    assert r.status_code == 401
+    r = client.post(
+        "/api/v1/create_session",
+        {"tags": [], "sdk_version": "x"},
+        content_type="application/json",
+        HTTP_AUTHORIZATION="Bearer " + alice.client._credentials["HTTP_X_API_KEY"],
+    )
+    assert r.status_code == 200
+
+
+def test_malformed_and_mistyped_bodies_name_the_field(alice, runtime) -> None:
+    r = alice.client.post("/api/v1/create_session", "{not json", content_type="application/json")
+    assert r.status_code == 400 and "JSON" in r.json()["detail"]
+    r = alice.post("create_session", {"tags": [], "sdk_version": "x", "colour": "red"})
+    assert (
+        r.status_code == 400
+        and r.json()["field"] == "colour"
+        and "unknown field" in r.json()["detail"]
+    )
+    sid = open_session(alice)
+    r = alice.post("create_model", {"session_id": sid, "model_seq_id": "zero", "base_model": TINY})
+    assert r.status_code == 400 and r.json()["field"] == "model_seq_id"
+    mid = create_model(alice, runtime, sid)
+    r = alice.post(
+        "forward_backward",
+        {"model_id": mid, "seq_id": 1, "forward_backward_input": {"data": [], "loss_fn": "mse"}},
+    )
+    assert r.status_code == 400 and r.json()["field"].startswith("forward_backward_input.loss_fn")
+    r = alice.post("forward_backward", fwdbwd(mid, 0, [datum([1])]))
+    assert r.status_code == 400 and r.json()["field"] == "seq_id"
+    r = alice.post("save_weights", {"model_id": mid, "seq_id": 1, "path": "../escape"})
+    assert r.status_code == 400 and r.json()["field"] == "path"
+    r = alice.post(
+        "load_weights",
+        {"model_id": mid, "seq_id": 1, "path": "tinker://nope/weights/x", "optimizer": True},
+    )
+    assert r.status_code == 404 and r.json()["field"] == "path"
+    r = alice.post("retrieve_future", {"request_id": "req-missing"})
+    assert r.status_code == 404 and r.json()["field"] == "request_id"
+    # none of that touched the model: its next operation is still seq 1
+    assert alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])])).status_code == 200
+
+
+def test_oversize_body_is_413_with_the_limit(alice, settings) -> None:
+    settings.MAX_REQUEST_BYTES = 1000
+    r = alice.post("create_session", {"tags": ["x" * 2000], "sdk_version": "x"})
+    assert r.status_code == 413 and "1000 bytes" in r.json()["detail"]
+
+
+def test_unknown_or_unserved_base_model_is_a_clear_503(alice, runtime) -> None:
+    sid = open_session(alice)
+    r = alice.post(
+        "create_model", {"session_id": sid, "model_seq_id": 0, "base_model": "no/such-model"}
+    )
+    assert (
+        r.status_code == 503
+        and r.json()["field"] == "base_model"
+        and "no/such-model" in r.json()["detail"]
+    )
+
+
+def test_a_full_worker_takes_no_more_models(alice, runtime) -> None:
+    Worker.objects.update(capacity=1)
+    sid = open_session(alice)
+    create_model(alice, runtime, sid)
+    r = alice.post("create_model", {"session_id": sid, "model_seq_id": 1, "base_model": TINY})
+    assert r.status_code == 503 and "full" in r.json()["detail"]
+
+
+def test_idle_sessions_expire_and_unload_their_models(alice, runtime, settings) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    Session.objects.filter(pk=sid).update(last_heartbeat_at=timezone.now() - timedelta(hours=1))
+    assert sessions_expire_idle() == [sid]
+    runtime.drain()
+    assert not runtime.host.has_adapter(mid)
+    detail = alice.get(f"sessions/{sid}").json()
+    assert detail["state"] == "expired"
+    assert alice.post("session_heartbeat", {"session_id": sid}).status_code == 410
+
+
+def test_catalog_endpoints(alice, runtime) -> None:
+    names = [m["name"] for m in alice.get("base_models").json()["base_models"]]
+    assert names == [TINY]
+    caps = alice.get("get_server_capabilities").json()
+    assert caps["supported_models"] == [{"model_name": TINY, "max_context_length": 1024}]
+    files = alice.get("base_models/tokenizer", {"name": TINY}).json()["files"]
+    assert "tokenizer.json" in files and "tokenizer_config.json" in files
+    assert alice.get("base_models/tokenizer", {"name": "nope"}).status_code == 404
+    assert (
+        alice.post("client/config", {"sdk_version": "0.24.1"}).json()["use_pyqwest_transport"]
+        is False
+    )

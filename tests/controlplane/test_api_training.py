@@ -1,0 +1,205 @@
+"""The wire API end to end in process: sessions, ordered idempotent operations, checkpoints,
+sampling, stopping; charlie (another tenant) sees none of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.training_sessions.models import Operation
+
+from .conftest import TINY
+from .wire import create_model, datum, fwdbwd, open_session, result
+
+pytestmark = pytest.mark.django_db
+
+
+def test_training_flow_checkpoints_sampling_and_stop(alice, bob, charlie, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    fb = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3, 4]), datum([9, 8])])).json()
+    opt = alice.post(
+        "optim_step", {"model_id": mid, "seq_id": 2, "adam_params": {"learning_rate": 0.01}}
+    ).json()
+    out = result(alice, runtime, fb)
+    assert out["metrics"]["tokens:sum"] == 6.0 and len(out["loss_fn_outputs"]) == 2
+    assert result(alice, runtime, opt)["metrics"]["step:max"] == 1.0
+
+    saved = result(
+        alice,
+        runtime,
+        alice.post("save_weights", {"model_id": mid, "seq_id": 3, "path": "s1"}).json(),
+    )
+    assert saved["path"] == f"tinker://{mid}/weights/s1"
+    info = bob.post("weights_info", {"tinker_path": saved["path"]}).json()  # bob shares the tenant
+    assert info["base_model"] == TINY and info["lora_rank"] == 4
+    ckpts = alice.get(f"training_runs/{mid}/checkpoints").json()["checkpoints"]
+    assert [c["checkpoint_id"] for c in ckpts] == ["weights/s1"] and ckpts[0]["size_bytes"] > 0
+
+    eph = result(
+        alice,
+        runtime,
+        alice.post(
+            "save_weights_for_sampler", {"model_id": mid, "seq_id": 4, "sampling_session_seq_id": 0}
+        ).json(),
+    )
+    assert eph["path"] is None
+    sample = {
+        "sampling_session_id": eph["sampling_session_id"],
+        "seq_id": 1,
+        "num_samples": 3,
+        "prompt": {"chunks": [{"tokens": [5, 6]}]},
+        "sampling_params": {"max_tokens": 4, "seed": 3, "stop": []},
+    }
+    res = result(alice, runtime, alice.post("asample", sample).json())
+    assert [len(s["tokens"]) for s in res["sequences"]] == [4, 4, 4]
+
+    # resume in a new model from the saved state
+    mid2 = create_model(alice, runtime, sid, seq=1)
+    loaded = result(
+        alice,
+        runtime,
+        alice.post(
+            "load_weights",
+            {"model_id": mid2, "seq_id": 1, "path": saved["path"], "optimizer": True},
+        ).json(),
+    )
+    assert loaded["path"] == saved["path"]
+
+    # charlie sees nothing of it
+    assert charlie.post("forward_backward", fwdbwd(mid, 5, [datum([1])])).status_code == 404
+    assert charlie.post("retrieve_future", {"request_id": fb["request_id"]}).status_code == 404
+    assert charlie.post("weights_info", {"tinker_path": saved["path"]}).status_code == 404
+    assert charlie.get(f"training_runs/{mid}").status_code == 404
+    assert charlie.get(f"sessions/{sid}").status_code == 404
+    assert charlie.post("session_heartbeat", {"session_id": sid}).status_code == 404
+    assert charlie.post("get_info", {"model_id": mid}).status_code == 404
+    assert charlie.post("asample", {**sample, "seq_id": 2}).status_code == 404
+    assert (
+        charlie.post(
+            "load_weights",
+            {"model_id": mid2, "seq_id": 2, "path": saved["path"], "optimizer": False},
+        ).status_code
+        == 404
+    )
+    assert charlie.get("sessions").json()["sessions"] == []
+
+    stopped = alice.post(f"sessions/{sid}/stop").json()
+    assert stopped["state"] == "stopping"
+    runtime.drain()
+    assert alice.get(f"sessions/{sid}").json()["state"] == "stopped"
+    assert not runtime.host.has_adapter(mid)
+    after = alice.post("forward_backward", fwdbwd(mid, 5, [datum([1])]))
+    assert after.status_code == 409 and "stopped" in after.json()["detail"]
+    assert alice.post("session_heartbeat", {"session_id": sid}).status_code == 410
+
+
+def test_out_of_order_and_duplicate_requests_run_once_in_seq_order(alice, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    bodies = {
+        1: fwdbwd(mid, 1, [datum([1, 2, 3])]),
+        2: {"model_id": mid, "seq_id": 2, "adam_params": {"learning_rate": 0.01}},
+        3: fwdbwd(mid, 3, [datum([4, 5])]),
+    }
+    paths = {1: "forward_backward", 2: "optim_step", 3: "forward_backward"}
+    futures = {}
+    for seq in (3, 2, 3, 1, 2, 1):  # arrival order, with retries
+        r = alice.post(paths[seq], bodies[seq])
+        assert r.status_code == 200
+        assert futures.setdefault(seq, r.json()) == r.json()  # a retry gets the same future
+    conflict = alice.post("forward_backward", fwdbwd(mid, 1, [datum([7])]))
+    assert conflict.status_code == 409 and conflict.json()["field"] == "seq_id"
+    runtime.drain()
+    ops = list(Operation.objects.filter(model_id=mid).order_by("started_at"))
+    assert [op.seq_id for op in ops] == [0, 1, 2, 3]
+    assert all(op.status == "done" for op in ops)
+    assert Operation.objects.filter(model_id=mid).count() == 4
+
+
+def test_waiting_for_a_missing_seq_id(alice, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    late = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    runtime.drain()
+    pending = alice.post("retrieve_future", {"request_id": late["request_id"]})
+    assert pending.status_code == 408 and pending.json()["type"] == "try_again"
+    alice.post("forward_backward", fwdbwd(mid, 1, [datum([3])]))
+    assert "metrics" in result(alice, runtime, late)
+
+
+def test_bad_operation_fails_with_user_category_and_session_stays_usable(alice, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    bad = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 300])])).json()
+    failed = result(alice, runtime, bad)
+    assert failed["category"] == "user" and "data[0].model_input" in failed["error"]
+    ok = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    assert "metrics" in result(alice, runtime, ok)
+
+
+def test_worker_error_fails_with_server_category_and_session_stays_usable(
+    alice, runtime, monkeypatch
+) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    real = runtime.host.forward_backward
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("device lost")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.host, "forward_backward", flaky)
+    first = result(
+        alice, runtime, alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])])).json()
+    )
+    assert first["category"] == "server" and "device lost" in first["error"]
+    second = result(
+        alice, runtime, alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    )
+    assert second["metrics"]["tokens:sum"] == 2.0
+
+
+def test_sample_batches_several_requests_and_isolates_a_bad_one(alice, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    sampler = alice.post(
+        "create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 0, "model_id": mid},
+    ).json()
+    base = alice.post(
+        "create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 1, "base_model": TINY},
+    ).json()
+    req = {
+        "num_samples": 2,
+        "prompt": {"chunks": [{"tokens": [5, 6]}]},
+        "sampling_params": {"max_tokens": 3, "stop": []},
+    }
+    futs = [
+        alice.post(
+            "asample", {**req, "sampling_session_id": sampler["sampling_session_id"], "seq_id": i}
+        ).json()
+        for i in range(3)
+    ]
+    futs.append(
+        alice.post(
+            "asample", {**req, "sampling_session_id": base["sampling_session_id"], "seq_id": 0}
+        ).json()
+    )
+    bad = alice.post(
+        "asample",
+        {
+            **req,
+            "sampling_session_id": base["sampling_session_id"],
+            "seq_id": 1,
+            "sampling_params": {"max_tokens": 3, "top_p": 0},
+        },
+    ).json()
+    runtime.drain()
+    for f in futs:
+        assert len(result(alice, runtime, f)["sequences"]) == 2
+    failed = result(alice, runtime, bad)
+    assert failed["category"] == "user" and "top_p" in failed["error"]

@@ -1,0 +1,56 @@
+"""Small helpers to speak the wire protocol from tests."""
+
+from __future__ import annotations
+
+from .conftest import TINY
+
+
+def datum(
+    tokens: list[int], targets: list[int] | None = None, weights: list[float] | None = None
+) -> dict:
+    targets = targets if targets is not None else [(t + 1) % 256 for t in tokens]
+    return {
+        "model_input": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
+        "loss_fn_inputs": {
+            "target_tokens": {"data": targets, "dtype": "int64"},
+            "weights": {"data": weights or [1.0] * len(tokens), "dtype": "float32"},
+        },
+    }
+
+
+def fwdbwd(model_id: str, seq_id: int, data: list[dict], loss_fn: str = "cross_entropy") -> dict:
+    return {
+        "model_id": model_id,
+        "seq_id": seq_id,
+        "forward_backward_input": {"data": data, "loss_fn": loss_fn},
+    }
+
+
+def open_session(person) -> str:
+    r = person.post("create_session", {"tags": ["t"], "sdk_version": "test"})
+    assert r.status_code == 200, r.content
+    return r.json()["session_id"]
+
+
+def create_model(person, runtime, session_id: str, seq: int = 0, rank: int = 4) -> str:
+    r = person.post(
+        "create_model",
+        {
+            "session_id": session_id,
+            "model_seq_id": seq,
+            "base_model": TINY,
+            "lora_config": {"rank": rank, "seed": 0},
+        },
+    )
+    assert r.status_code == 200, r.content
+    fut = r.json()
+    assert result(person, runtime, fut) == {"model_id": fut["model_id"]}
+    return fut["model_id"]
+
+
+def result(person, runtime, fut: dict) -> dict:
+    """Let the worker run what is runnable, then read the future."""
+    runtime.drain()
+    r = person.post("retrieve_future", {"request_id": fut["request_id"]})
+    assert r.status_code == 200, (r.status_code, r.content)
+    return r.json()
