@@ -1,0 +1,167 @@
+"""A running Loopwright for end-to-end tests: its own database, gunicorn, and a Celery worker
+process on the tiny model, exactly as deployed (PostgreSQL + Redis) or embedded (SQLite +
+filesystem broker)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = "loopwright/tiny-byte-llama"
+PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    def __init__(self, backend: str, data_dir: Path) -> None:
+        self.backend = backend
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.worker_name = f"e2e-{secrets.token_hex(4)}"
+        self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
+        self.procs: list[subprocess.Popen] = []
+        self.log_files: list = []
+        self.keys: dict[str, str] = {}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "HF_HUB_OFFLINE": "1",
+            "LOOPWRIGHT_DATA_DIR": str(data_dir),
+            "DJANGO_SECRET_KEY": secrets.token_hex(16),
+            "LOOPWRIGHT_LONG_POLL_SECONDS": "10",
+            "PYTHONUNBUFFERED": "1",
+        }
+        if backend == "postgres-redis":
+            self.env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{self.db_name}"
+            self.env["LOOPWRIGHT_BROKER_URL"] = "redis://127.0.0.1:6379/0"
+        else:
+            self.env.pop("DATABASE_URL", None)
+            self.env["LOOPWRIGHT_BROKER_URL"] = "filesystem://"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> Stack:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.backend == "postgres-redis":
+            self._admin(f'CREATE DATABASE "{self.db_name}"')
+        self._manage("migrate", "--verbosity", "0")
+        for who in ("alice", "charlie"):
+            self.keys[who] = self._manage("create_tenant", "--name", who).strip()
+        self._spawn(
+            "http",
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "controlplane.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--worker-class",
+                "gthread",
+                "--threads",
+                "32",
+                "--timeout",
+                "120",
+            ],
+        )
+        self._spawn(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "workers.run",
+                "--name",
+                self.worker_name,
+                "--base-model",
+                TINY,
+                "--loglevel",
+                "WARNING",
+            ],
+        )
+        self._wait_ready()
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for f in self.log_files:
+            f.close()
+        if self.backend == "postgres-redis":
+            self._admin(
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{self.db_name}'"
+            )
+            self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}"')
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def _manage(self, *args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-3000:]}")
+        return out.stdout
+
+    def _spawn(self, name: str, cmd) -> None:
+        log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in stop())
+        self.log_files.append(log)
+        self.procs.append(
+            subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        )
+
+    def _wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args[:3]} exited: {self.logs()}")
+            try:
+                r = httpx.get(
+                    f"{self.url}/api/v1/base_models",
+                    headers={"X-API-Key": self.keys["alice"]},
+                    timeout=5,
+                )
+                if r.status_code == 200 and any(m["name"] == TINY for m in r.json()["base_models"]):
+                    return  # the worker registers once it consumes its queue
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"stack did not come up: {self.logs()}")
+
+    def logs(self) -> str:
+        parts = []
+        for name in ("http", "worker"):
+            path = self.data_dir / f"{name}.log"
+            if path.exists():
+                parts.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-4000:])
+        return "\n".join(parts)
