@@ -1,12 +1,62 @@
 """Loopwright SDK: a client for the Tinker training API, served by Loopwright or compatible hosts.
 
-``loopwright.types`` holds the wire types; they are re-exported here.
+``ServiceClient`` is the entry point; ``loopwright.types`` holds the wire types (re-exported here).
 """
 
 from loopwright import types
+from loopwright._http import RetryPolicy
+from loopwright.errors import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    ConflictError,
+    GoneError,
+    InternalServerError,
+    LoopwrightError,
+    NotFoundError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    RateLimitError,
+    RequestFailedError,
+    UnprocessableEntityError,
+)
+from loopwright.futures import APIFuture, CombinedAPIFuture
+from loopwright.sampling_client import SamplingClient
+from loopwright.service_client import ServiceClient
+from loopwright.training_client import TrainingClient
 from loopwright.types import *  # noqa: F403
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "types"]
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIFuture",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "CombinedAPIFuture",
+    "ConflictError",
+    "GoneError",
+    "InternalServerError",
+    "LoopwrightError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RequestFailedError",
+    "RetryPolicy",
+    "SamplingClient",
+    "ServiceClient",
+    "TrainingClient",
+    "UnprocessableEntityError",
+    "__version__",
+    "types",
+]
 __all__ += types.__all__

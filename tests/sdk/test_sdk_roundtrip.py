@@ -26,6 +26,23 @@ DATUM = {
     "model_input": PROMPT,
     "loss_fn_inputs": {"target_tokens": {"data": [2, 3, 4], "dtype": "int64", "shape": [3]}},
 }
+BASE_MODEL = {
+    "name": "loopwright/tiny-byte-llama",
+    "context_length": 512,
+    "description": "a tiny test model",
+    "chat_template": "{{ messages }}",
+}
+SESSION_INFO = {
+    "session_id": "sess",
+    "name": "grpo-gsm8k",
+    "state": "active",
+    "created_at": TIME,
+    "last_heartbeat_at": TIME,
+    "model_ids": ["m1"],
+    "sampling_session_ids": ["s1"],
+    "tags": ["t"],
+    "user_metadata": {"a": 1},
+}
 FB_INPUT = {"data": [DATUM], "loss_fn": "ppo", "loss_fn_config": {"clip_low_threshold": 0.8}}
 
 EXAMPLES: dict[str, dict[str, Any]] = {
@@ -142,6 +159,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "training_runs": [],
         "cursor": {"offset": 0, "limit": 20, "total_count": 0},
     },
+    # Loopwright's own endpoints
+    "BaseModelInfo": BASE_MODEL,
+    "ListBaseModelsResponse": {"base_models": [BASE_MODEL]},
+    "TokenizerFilesResponse": {"base_model": "b", "files": {"tokenizer.json": "{}"}},
+    "SessionInfo": SESSION_INFO,
+    "ListSessionInfosResponse": {"sessions": [SESSION_INFO]},
+    "ErrorBody": {"detail": "rank must be positive", "code": "invalid", "field": "rank"},
 }
 
 MODELS: dict[str, type[BaseModel]] = {

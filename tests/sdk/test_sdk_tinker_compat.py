@@ -103,7 +103,24 @@ DEFAULT_EXCEPTIONS = {
     # Loopwright tells clients not to use the pyqwest transport
     ("ClientConfigResponse", "use_pyqwest_transport"),
 }
-EXTRA_FIELDS = {("TryAgainResponse", "queue_state_reason")}
+# Loopwright's extensions: optional, with defaults, so tinker's bodies still validate.
+EXTRA_FIELDS = {
+    ("TryAgainResponse", "queue_state_reason"),
+    ("LoraConfig", "alpha"),
+    ("CreateSamplingSessionRequest", "model_id"),
+    ("SaveWeightsForSamplerRequest", "merge_weights"),
+    *(
+        ("CreateSessionRequest", name)
+        for name in (
+            "name",
+            "role_arn",
+            "model_package_group_arn",
+            "s3_output_path",
+            "kms_key_arn",
+            "vpc_config",
+        )
+    ),
+}
 
 
 def _default(field: Any) -> Any:
@@ -139,9 +156,18 @@ def test_exceptions_are_only_relaxations_or_the_pyqwest_flag() -> None:
 
 
 def _wire(model: BaseModel) -> dict[str, Any]:
-    """A body as tinker's client sends it."""
+    """A body as tinker's client sends it; our extensions are left out while at their default."""
     body: dict[str, Any] = model.model_dump(exclude_none=True, mode="json")
+    name = type(model).__name__
+    for key, field in type(model).model_fields.items():
+        if (name, key) in EXTRA_FIELDS and key in body and body[key] == _default(field):
+            del body[key]
     return body
+
+
+def test_extensions_are_optional() -> None:
+    for name, key in EXTRA_FIELDS:
+        assert not getattr(lw, name).model_fields[key].is_required(), (name, key)
 
 
 PAYLOADS: list[tuple[str, dict[str, Any]]] = [

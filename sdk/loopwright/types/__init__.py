@@ -3,6 +3,7 @@
 Requests forbid unknown fields; responses ignore them.
 """
 
+from .catalog import BaseModelInfo, ListBaseModelsResponse, TokenizerFilesResponse
 from .checkpoints import (
     Checkpoint,
     CheckpointsListResponse,
@@ -46,6 +47,7 @@ from .server import (
     HealthResponse,
     SupportedModel,
 )
+from .session_info import ErrorBody, ListSessionInfosResponse, SessionInfo, SessionState
 from .sessions import (
     CreateSessionRequest,
     CreateSessionResponse,
@@ -72,6 +74,7 @@ from .weights import (
 __all__ = [
     "LOSS_INPUT_DTYPES",
     "AdamParams",
+    "BaseModelInfo",
     "Checkpoint",
     "CheckpointType",
     "CheckpointsListResponse",
@@ -86,6 +89,7 @@ __all__ = [
     "Cursor",
     "Datum",
     "EncodedTextChunk",
+    "ErrorBody",
     "ForwardBackwardInput",
     "ForwardBackwardOutput",
     "ForwardBackwardRequest",
@@ -99,6 +103,8 @@ __all__ = [
     "HealthResponse",
     "ImageAssetPointerChunk",
     "ImageChunk",
+    "ListBaseModelsResponse",
+    "ListSessionInfosResponse",
     "ListSessionsResponse",
     "LoadWeightsRequest",
     "LoadWeightsResponse",
@@ -126,10 +132,13 @@ __all__ = [
     "SaveWeightsResponse",
     "SessionHeartbeatRequest",
     "SessionHeartbeatResponse",
+    "SessionInfo",
+    "SessionState",
     "StopReason",
     "SupportedModel",
     "TensorData",
     "TensorDtype",
+    "TokenizerFilesResponse",
     "TrainingRun",
     "TrainingRunsResponse",
     "TryAgainResponse",

@@ -13,6 +13,10 @@ class LoraConfig(RequestModel):
     rank: int
     """Rank of the low-rank matrices."""
 
+    alpha: float | None = None
+    """LoRA scaling numerator (the update is scaled by alpha / rank); None means the server's
+    default of 32 (Loopwright extension)."""
+
     seed: int | None = None
     """Seed of the adapter's initialisation, for reproducible runs."""
 

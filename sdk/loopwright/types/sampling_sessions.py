@@ -28,6 +28,9 @@ class CreateSamplingSessionRequest(RequestModel):
     model_path: str | None = None
     """tinker:// path of sampler weights; None samples the base model."""
 
+    model_id: str | None = None
+    """A live training model whose current adapter to sample (Loopwright extension)."""
+
     type: Literal["create_sampling_session"] = "create_sampling_session"
     """Request kind tag."""
 

@@ -31,6 +31,24 @@ class CreateSessionRequest(RequestModel):
     project_id: str | None = None
     """Project to file the session under."""
 
+    name: str | None = None
+    """Human-readable session name (Loopwright extension)."""
+
+    role_arn: str | None = None
+    """IAM role the session runs as; the caller needs iam:PassRole on it (Loopwright extension)."""
+
+    model_package_group_arn: str | None = None
+    """Model package group that registers every checkpoint as a version (Loopwright extension)."""
+
+    s3_output_path: str | None = None
+    """Where checkpoints are written, e.g. s3://bucket/prefix (Loopwright extension)."""
+
+    kms_key_arn: str | None = None
+    """KMS key that encrypts the session's checkpoints (Loopwright extension)."""
+
+    vpc_config: dict[str, Any] | None = None
+    """Network placement, e.g. {"subnets": [...], "security_group_ids": [...]} (Loopwright extension)."""
+
     type: Literal["create_session"] = "create_session"
     """Request kind tag."""
 

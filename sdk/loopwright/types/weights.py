@@ -69,6 +69,9 @@ class SaveWeightsForSamplerRequest(RequestModel):
     ttl_seconds: int | None = None
     """Seconds until the checkpoint expires; None keeps it."""
 
+    merge_weights: bool = False
+    """Also write a deployable model with the adapter merged into the base (Loopwright extension)."""
+
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
     """Request kind tag."""
 

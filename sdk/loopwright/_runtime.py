@@ -1,0 +1,113 @@
+"""What the clients made by one ServiceClient share: HTTP, the event loop thread, heartbeats.
+
+It turns a request body into an APIFuture (send, then poll) and tears everything down on close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ._http import HTTPClient
+from ._loop import EventLoopThread
+from ._ordering import Ticket
+from ._session import Heartbeat
+from .errors import APIResponseValidationError
+from .futures import APIFuture, poll_future, send_request
+
+__all__ = ["Runtime", "wire"]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+def wire(model: BaseModel) -> dict[str, Any]:
+    """A request body as JSON data: None fields are left out, as the tinker SDK does."""
+    body: dict[str, Any] = model.model_dump(mode="json", exclude_none=True)
+    return body
+
+
+class Runtime:
+    """Owns the HTTP client, the event loop thread and the heartbeat thread."""
+
+    def __init__(self, http: HTTPClient, heartbeat_interval: float) -> None:
+        self.http = http
+        self.loop = EventLoopThread()
+        self.heartbeat = Heartbeat(http, heartbeat_interval)
+
+    def get(self, path: str, cls: type[M], params: dict[str, str] | None = None) -> M:
+        """GET a resource from the calling thread."""
+        return self._read(self.http.request("GET", path, params=params).json(), cls, path)
+
+    def post(self, path: str, cls: type[M], body: Any = None) -> M:
+        """POST a request answered directly (not with a future), from the calling thread."""
+        return self._read(self.http.request("POST", path, body=body).json(), cls, path)
+
+    @staticmethod
+    def _read(data: Any, cls: type[M], path: str) -> M:
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise APIResponseValidationError(f"unexpected answer from {path}: {exc}") from exc
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> APIFuture[T]:
+        """Run ``coro`` on the event loop thread; its outcome becomes an APIFuture."""
+        return APIFuture(self.loop.submit(coro), self.loop.in_loop_thread)
+
+    def operation(self, path: str, body: Any, parse: Callable[[Any], T]) -> APIFuture[T]:
+        """POST an operation now and poll its future in the background."""
+
+        async def run() -> T:
+            request_id = await send_request(self.http, path, body)
+            return await poll_future(self.http, request_id, parse)
+
+        return self.submit(run())
+
+    def ordered(
+        self,
+        path: str,
+        bodies: list[Any],
+        parse: Callable[[Any], Any],
+        combine: Callable[[list[Any]], T],
+        ticket: Ticket,
+    ) -> APIFuture[T]:
+        """Send ``bodies`` concurrently once the ticket's turn comes, then poll them all.
+
+        The tickets chain a model's calls, so its requests reach the server in call order (the
+        server still orders by seq_id; this keeps it from waiting on gaps).
+        """
+
+        async def run() -> T:
+            try:
+                if ticket.after is not None:
+                    await asyncio.wrap_future(ticket.after)
+                outcomes = await asyncio.gather(
+                    *(send_request(self.http, path, body) for body in bodies),
+                    return_exceptions=True,
+                )
+            finally:
+                ticket.done_sending()
+            request_ids: list[str] = []
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                request_ids.append(outcome)
+            results = await asyncio.gather(
+                *(poll_future(self.http, rid, parse) for rid in request_ids)
+            )
+            return combine(list(results))
+
+        return self.submit(run())
+
+    def cancel_pending(self) -> None:
+        """End the event loop thread: pending futures fail with "client closed"."""
+        self.loop.close(cleanup=self.http.aclose)
+
+    def close(self) -> None:
+        """Stop heartbeats, cancel pending futures, join the threads and close connections."""
+        self.heartbeat.stop()
+        self.cancel_pending()
+        self.http.close()

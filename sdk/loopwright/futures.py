@@ -1,0 +1,169 @@
+"""APIFuture: the handle every operation returns at once, and the polling that completes it.
+
+A future's work runs on the client's event loop thread; ``result()`` blocks the calling thread,
+``await future`` (or ``result_async``) waits inside the caller's own event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from ._http import POLL_TIMEOUT, HTTPClient
+from .errors import APIResponseValidationError, LoopwrightError, RequestFailedError
+from .types import UntypedAPIFuture
+
+__all__ = ["APIFuture", "CombinedAPIFuture", "poll_future", "send_request"]
+
+T = TypeVar("T")
+
+POLL_BACKOFF_START = 0.05
+"""First pause after a pending answer that came back at once (a server that does not long-poll)."""
+POLL_BACKOFF_MAX = 1.0
+"""Longest such pause."""
+
+_CLOSED = "the client was closed before this operation finished"
+
+
+class APIFuture(Generic[T]):
+    """The eventual result of an operation: ``result()``, ``await future``, ``done()``."""
+
+    def __init__(
+        self,
+        future: concurrent.futures.Future[T],
+        in_loop_thread: Callable[[], bool] | None = None,
+    ) -> None:
+        self._future = future
+        self._in_loop_thread = in_loop_thread
+
+    def result(self, timeout: float | None = None) -> T:
+        """Block until the result is there; raises TimeoutError after ``timeout`` seconds."""
+        if self._in_loop_thread is not None and self._in_loop_thread():
+            raise RuntimeError("result() would deadlock on the client's event loop; use await")
+        try:
+            return self._future.result(timeout)
+        except concurrent.futures.CancelledError:
+            raise LoopwrightError(_CLOSED) from None
+
+    def done(self) -> bool:
+        """Whether the result (or an error) is there."""
+        return self._future.done()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Block until done; the error the operation failed with, or None."""
+        try:
+            return self._future.exception(timeout)
+        except concurrent.futures.CancelledError:
+            return LoopwrightError(_CLOSED)
+
+    async def result_async(self, timeout: float | None = None) -> T:
+        """Wait inside the caller's event loop; a timeout leaves the operation running."""
+        wrapped = asyncio.wrap_future(self._future)
+        try:
+            return await asyncio.wait_for(asyncio.shield(wrapped), timeout)
+        except asyncio.CancelledError:
+            if self._future.cancelled():
+                raise LoopwrightError(_CLOSED) from None
+            raise
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.result_async().__await__()
+
+
+class CombinedAPIFuture(APIFuture[T]):
+    """One future over several (e.g. the chunks of a forward_backward), merged by ``combine``.
+
+    It fails as soon as any part fails, with that part's error.
+    """
+
+    def __init__(self, parts: Sequence[APIFuture[Any]], combine: Callable[[list[Any]], T]) -> None:
+        out: concurrent.futures.Future[T] = concurrent.futures.Future()
+        super().__init__(out, parts[0]._in_loop_thread if parts else None)
+        self.parts = list(parts)
+        lock = threading.Lock()
+        remaining = [len(parts)]
+
+        def settle(result: Callable[[], T] | None, error: BaseException | None) -> None:
+            with lock:
+                if out.done():
+                    return
+                try:
+                    if error is not None:
+                        out.set_exception(error)
+                    elif result is not None:
+                        out.set_result(result())
+                except BaseException as exc:  # combine() failed
+                    out.set_exception(exc)
+
+        def on_done(part: concurrent.futures.Future[Any]) -> None:
+            if part.cancelled():
+                settle(None, LoopwrightError(_CLOSED))
+                return
+            if (error := part.exception()) is not None:
+                settle(None, error)
+                return
+            with lock:
+                remaining[0] -= 1
+                last = remaining[0] == 0
+            if last:
+                settle(lambda: combine([p._future.result() for p in self.parts]), None)
+
+        if not parts:
+            settle(lambda: combine([]), None)
+        for part in parts:
+            part._future.add_done_callback(on_done)
+
+
+def _parse(parse: Callable[[Any], T], data: Any, what: str) -> T:
+    try:
+        return parse(data)
+    except (ValidationError, TypeError, ValueError) as exc:
+        raise APIResponseValidationError(f"unexpected answer for {what}: {exc}") from exc
+
+
+async def send_request(http: HTTPClient, path: str, body: Any) -> str:
+    """POST an operation; returns the request_id of the future the server answers with."""
+    response = await http.arequest("POST", path, body=body)
+    handle = _parse(UntypedAPIFuture.model_validate, response.json(), path)
+    return handle.request_id
+
+
+async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], T]) -> T:
+    """Long-poll retrieve_future until the operation is done; raise RequestFailedError if it failed.
+
+    Pending is an HTTP 408 or a 200 ``{"type": "try_again"}``; the server holds each poll up to
+    ~30 s, and a pending answer that comes back at once is followed by a short, growing pause.
+    """
+    pause = POLL_BACKOFF_START
+    while True:
+        started = time.monotonic()
+        response = await http.arequest(
+            "POST",
+            "retrieve_future",
+            body={"request_id": request_id},
+            timeout=max(POLL_TIMEOUT, http.timeout),
+            passthrough=(408,),
+            pool="poll",
+        )
+        data: Any = None if response.status_code == 408 else response.json()
+        if response.status_code == 408 or (
+            isinstance(data, dict) and data.get("type") == "try_again"
+        ):
+            if time.monotonic() - started < 1.0:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, POLL_BACKOFF_MAX)
+            continue
+        if isinstance(data, dict) and "error" in data:
+            category = data.get("category")
+            raise RequestFailedError(
+                str(data["error"]),
+                category if category in ("user", "server") else "unknown",
+                request_id,
+            )
+        return _parse(parse, data, f"request {request_id}")

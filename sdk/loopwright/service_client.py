@@ -1,0 +1,348 @@
+"""ServiceClient: the entry point. Holds platform settings, opens sessions, makes the other clients.
+
+Each training client gets a session of its own (named, with per-session overrides of the
+platform settings); samplers made here share one default session, opened on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ._http import HTTPClient, RetryPolicy
+from ._runtime import Runtime, wire
+from ._session import Session, stop_quietly
+from .errors import APIError
+from .sampling_client import SamplingClient, open_sampling_session
+from .training_client import TrainingClient, check_training_path
+from .types import (
+    BaseModelInfo,
+    CreateModelRequest,
+    CreateModelResponse,
+    CreateSessionRequest,
+    CreateSessionResponse,
+    GetServerCapabilitiesResponse,
+    ListBaseModelsResponse,
+    ListSessionInfosResponse,
+    LoraConfig,
+    SessionInfo,
+    WeightsInfoResponse,
+)
+
+__all__ = ["ServiceClient"]
+
+logger = logging.getLogger("loopwright")
+
+
+def _sdk_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class ServiceClient:
+    """Talks to one Loopwright server with one API key. Use ``with`` so sessions stop on exit.
+
+    The API key and server come from the arguments or ``LOOPWRIGHT_API_KEY`` /
+    ``LOOPWRIGHT_BASE_URL``. Nothing is sent until the first call.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        role_arn: str | None = None,
+        model_package_group_arn: str | None = None,
+        s3_output_path: str | None = None,
+        kms_key_arn: str | None = None,
+        vpc_config: dict[str, Any] | None = None,
+        region: str | None = None,
+        user_metadata: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        project_id: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        heartbeat_interval: float = 10.0,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        http = HTTPClient(
+            base_url,
+            api_key,
+            timeout=timeout,
+            retry=retry,
+            transport=transport,
+            user_agent=f"loopwright-python/{_sdk_version()}",
+        )
+        self._runtime = Runtime(http, heartbeat_interval)
+        self.region = region
+        """Accepted for the published examples; a Loopwright server serves one region."""
+        self._settings: dict[str, Any] = {
+            "role_arn": role_arn,
+            "model_package_group_arn": model_package_group_arn,
+            "s3_output_path": s3_output_path,
+            "kms_key_arn": kms_key_arn,
+            "vpc_config": vpc_config,
+        }
+        self._user_metadata = user_metadata
+        self._tags = list(tags or [])
+        self._project_id = project_id
+        self._lock = threading.Lock()
+        self._sessions: list[Session] = []
+        self._default_session: Session | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The server root, e.g. http://127.0.0.1:8000."""
+        return self._runtime.http.base_url
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _open_session(self, name: str | None = None, **overrides: Any) -> Session:
+        """Open a session with the platform settings, ``overrides`` winning where not None."""
+        settings = {
+            key: overrides.get(key) if overrides.get(key) is not None else value
+            for key, value in self._settings.items()
+        }
+        request = CreateSessionRequest(
+            tags=self._tags,
+            user_metadata=self._user_metadata,
+            sdk_version=_sdk_version(),
+            project_id=self._project_id,
+            name=name,
+            role_arn=settings["role_arn"],
+            model_package_group_arn=settings["model_package_group_arn"],
+            s3_output_path=settings["s3_output_path"],
+            kms_key_arn=settings["kms_key_arn"],
+            vpc_config=settings["vpc_config"],
+        )
+        answer = self._runtime.post("create_session", CreateSessionResponse, wire(request))
+        for level, message in (
+            (logging.INFO, answer.info_message),
+            (logging.WARNING, answer.warning_message),
+            (logging.ERROR, answer.error_message),
+        ):
+            if message:
+                logger.log(level, message)
+        session = Session(self._runtime.http, self._runtime.heartbeat, answer.session_id)
+        with self._lock:
+            self._sessions.append(session)
+        return session
+
+    def _session(self) -> Session:
+        with self._lock:
+            session = self._default_session
+        if session is None or session.stopped:
+            session = self._open_session()
+            with self._lock:
+                self._default_session = session
+        return session
+
+    @property
+    def session_id(self) -> str:
+        """The default session (for samplers made here), opened on first use."""
+        return self._session().session_id
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """The caller's sessions, newest first."""
+        return self._runtime.get("sessions", ListSessionInfosResponse).sessions
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        """One session's state."""
+        return self._runtime.get(f"sessions/{session_id}", SessionInfo)
+
+    # -- the catalog ---------------------------------------------------------------------------
+
+    def list_base_models(self) -> list[BaseModelInfo]:
+        """The base models the server trains and samples."""
+        return self._runtime.get("base_models", ListBaseModelsResponse).base_models
+
+    def get_server_capabilities(self) -> GetServerCapabilitiesResponse:
+        """The server's supported models, as the tinker protocol reports them."""
+        return self._runtime.get("get_server_capabilities", GetServerCapabilitiesResponse)
+
+    # -- training clients ----------------------------------------------------------------------
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        *,
+        training_session_name: str | None = None,
+        rank: int = 32,
+        alpha: float | None = None,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+        role_arn: str | None = None,
+        model_package_group_arn: str | None = None,
+        s3_output_path: str | None = None,
+        kms_key_arn: str | None = None,
+        vpc_config: dict[str, Any] | None = None,
+        user_metadata: dict[str, Any] | None = None,
+    ) -> TrainingClient:
+        """Open a session and create a fresh LoRA adapter on ``base_model`` in it.
+
+        ``alpha`` defaults to the server's 32; the platform settings given here override the
+        client's for this session only. Blocks until the model exists.
+        """
+        if not (train_mlp or train_attn or train_unembed):
+            raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
+        lora = LoraConfig(
+            rank=rank,
+            alpha=alpha,
+            seed=seed,
+            train_mlp=train_mlp,
+            train_attn=train_attn,
+            train_unembed=train_unembed,
+        )
+        session = self._open_session(
+            training_session_name,
+            role_arn=role_arn,
+            model_package_group_arn=model_package_group_arn,
+            s3_output_path=s3_output_path,
+            kms_key_arn=kms_key_arn,
+            vpc_config=vpc_config,
+        )
+        request = CreateModelRequest(
+            session_id=session.session_id,
+            model_seq_id=session.next_model_seq_id(),
+            base_model=base_model,
+            user_metadata=user_metadata,
+            lora_config=lora,
+        )
+        try:
+            created = self._runtime.operation(
+                "create_model", wire(request), CreateModelResponse.model_validate
+            ).result()
+        except BaseException:
+            stop_quietly(session, raise_errors=False)  # do not leave it counting against the quota
+            raise
+        return TrainingClient(self._runtime, session, created.model_id, base_model)
+
+    def _from_state(self, path: str, optimizer: bool, **options: Any) -> TrainingClient:
+        check_training_path(path)
+        info = self._runtime.post("weights_info", WeightsInfoResponse, {"tinker_path": path})
+        client = self.create_lora_training_client(
+            info.base_model,
+            rank=info.lora_rank or 32,
+            train_mlp=info.train_mlp if info.train_mlp is not None else True,
+            train_attn=info.train_attn if info.train_attn is not None else True,
+            train_unembed=info.train_unembed if info.train_unembed is not None else True,
+            **options,
+        )
+        try:
+            (client.load_state_with_optimizer if optimizer else client.load_state)(path).result()
+        except BaseException:
+            with contextlib.suppress(APIError):
+                client.stop()
+            raise
+        return client
+
+    def create_training_client_from_state(self, path: str, **options: Any) -> TrainingClient:
+        """A new training client whose adapter is loaded from a training checkpoint.
+
+        The optimizer starts afresh; ``options`` are create_lora_training_client's keywords
+        (session name, platform settings, user_metadata).
+        """
+        return self._from_state(path, False, **options)
+
+    def create_training_client_from_state_with_optimizer(
+        self, path: str, **options: Any
+    ) -> TrainingClient:
+        """A new training client resuming adapter and optimizer state from a checkpoint."""
+        return self._from_state(path, True, **options)
+
+    # -- sampling clients ----------------------------------------------------------------------
+
+    def create_sampling_client(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> SamplingClient:
+        """A sampler on saved sampler weights (``tinker://...``) or on a base model."""
+        sampling_session_id = open_sampling_session(
+            self._runtime, self._session(), model_path=model_path, base_model=base_model
+        )
+        return SamplingClient(
+            self._runtime, sampling_session_id, base_model=base_model, model_path=model_path
+        )
+
+    # -- async twins ---------------------------------------------------------------------------
+
+    async def create_lora_training_client_async(
+        self, base_model: str, **options: Any
+    ) -> TrainingClient:
+        """Async twin of create_lora_training_client (same keywords)."""
+        return await asyncio.to_thread(self.create_lora_training_client, base_model, **options)
+
+    async def create_training_client_from_state_async(
+        self, path: str, **options: Any
+    ) -> TrainingClient:
+        """Async twin of create_training_client_from_state."""
+        return await asyncio.to_thread(self.create_training_client_from_state, path, **options)
+
+    async def create_training_client_from_state_with_optimizer_async(
+        self, path: str, **options: Any
+    ) -> TrainingClient:
+        """Async twin of create_training_client_from_state_with_optimizer."""
+        return await asyncio.to_thread(
+            self.create_training_client_from_state_with_optimizer, path, **options
+        )
+
+    async def create_sampling_client_async(
+        self, model_path: str | None = None, base_model: str | None = None
+    ) -> SamplingClient:
+        """Async twin of create_sampling_client."""
+        return await asyncio.to_thread(self.create_sampling_client, model_path, base_model)
+
+    async def list_base_models_async(self) -> list[BaseModelInfo]:
+        """Async twin of list_base_models."""
+        return await asyncio.to_thread(self.list_base_models)
+
+    async def get_server_capabilities_async(self) -> GetServerCapabilitiesResponse:
+        """Async twin of get_server_capabilities."""
+        return await asyncio.to_thread(self.get_server_capabilities)
+
+    # -- shutting down -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every session this client opened (training clients' included)."""
+        with self._lock:
+            sessions = [s for s in self._sessions if not s.stopped]
+        errors: list[APIError] = []
+        for session in sessions:
+            try:
+                session.stop()
+            except APIError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def close(self) -> None:
+        """Cancel pending futures, stop the sessions, end the threads and close connections."""
+        try:
+            self._runtime.cancel_pending()  # first, so pending futures fail as "closed"
+            self.stop()
+        finally:
+            self._runtime.close()
+
+    def __enter__(self) -> ServiceClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.close()
+        except APIError as error:
+            if exc is None:
+                raise
+            logger.warning("could not stop every session on exit: %s", error)
