@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from django.db import close_old_connections
 
+from controlplane import dispatch
 from controlplane.fleet import services as fleet
 from controlplane.training_sessions.services import execution
 
@@ -26,6 +27,7 @@ log = logging.getLogger("loopwright.worker")
 
 SAMPLE_BATCH = 64
 HEARTBEAT_SECONDS = 5.0
+SEQ_GAP_SECONDS = float(os.environ.get("LOOPWRIGHT_SEQ_GAP_SECONDS", "120"))
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,11 @@ class WorkerRuntime:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
                 fleet.worker_heartbeat(name=self.settings.name)
+                if execution.has_waiting_work(worker=self.worker):
+                    # A lost nudge, or a seq gap to time out: look again.
+                    dispatch.celery_client().send_task(
+                        dispatch.DRAIN_TASK, queue=self.settings.queue
+                    )
             except Exception:  # a database hiccup must not kill the heartbeat
                 log.exception("heartbeat failed")
             finally:
@@ -109,7 +116,7 @@ class WorkerRuntime:
         """Run everything runnable; returns how many operations ran."""
         ran = 0
         while True:
-            progressed = 0
+            progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
             for op in execution.next_training_ops(worker=self.worker):
                 if execution.claim(op):
                     self._finish(op, self._training(op))

@@ -140,6 +140,7 @@ class Operation(models.Model):
         LOAD_WEIGHTS = "load_weights"
         UNLOAD_MODEL = "unload_model"
         SAMPLE = "sample"
+        MISSING = "missing"  # a seq_id that never arrived; recorded so later ones can run
 
     FINISHED = (Status.DONE, Status.FAILED)
 

@@ -12,7 +12,7 @@ from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
 from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session
+from .wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 
@@ -66,8 +66,12 @@ def test_malformed_and_mistyped_bodies_name_the_field(alice, runtime) -> None:
     assert r.status_code == 404 and r.json()["field"] == "path"
     r = alice.post("retrieve_future", {"request_id": "req-missing"})
     assert r.status_code == 404 and r.json()["field"] == "request_id"
-    # none of that touched the model: its next operation is still seq 1
-    assert alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])])).status_code == 200
+    # none of that touched the model; the refused seq_id 1 is used up, seq_id 2 runs
+    refused = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])]))
+    assert refused.status_code == 409
+    assert "metrics" in result(
+        alice, runtime, alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    )
 
 
 def test_oversize_body_is_413_with_the_limit(alice, settings) -> None:

@@ -203,3 +203,35 @@ def test_sample_batches_several_requests_and_isolates_a_bad_one(alice, runtime) 
         assert len(result(alice, runtime, f)["sequences"]) == 2
     failed = result(alice, runtime, bad)
     assert failed["category"] == "user" and "top_p" in failed["error"]
+
+
+def test_a_request_refused_on_arrival_does_not_block_later_ones(alice, runtime) -> None:
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    later = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    refused = alice.post("save_weights", {"model_id": mid, "seq_id": 1, "path": "bad name!"})
+    assert refused.status_code == 400 and refused.json()["field"] == "path"
+    assert "metrics" in result(alice, runtime, later)
+    mistyped = alice.post(
+        "forward_backward", {"model_id": mid, "seq_id": 3, "forward_backward_input": {"data": "x"}}
+    )
+    assert mistyped.status_code == 400
+    assert "metrics" in result(
+        alice, runtime, alice.post("forward_backward", fwdbwd(mid, 4, [datum([1])])).json()
+    )
+
+
+def test_a_seq_id_that_never_arrives_times_out(alice, runtime) -> None:
+    from controlplane.training_sessions.services import execution
+
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    later = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
+    runtime.drain()
+    assert execution.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0  # still waiting
+    assert execution.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
+    assert "metrics" in result(alice, runtime, later)
+    missing = Operation.objects.get(model_id=mid, seq_id=1)
+    assert missing.status == "failed" and "never arrived" in missing.error
+    late = alice.post("forward_backward", fwdbwd(mid, 1, [datum([3])]))
+    assert late.status_code == 409

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
+from pydantic import ValidationError
 from rest_framework.decorators import api_view
+from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation
 from controlplane.training_sessions.services import submit
 from loopwright.types import (
@@ -23,6 +28,30 @@ from .models import future
 EPHEMERAL_TTL_SECONDS = 24 * 3600
 
 
+def sequenced(kind: str):
+    """A refused training request still uses up its seq_id (see submit.training_reject)."""
+
+    def wrap(view):
+        @functools.wraps(view)
+        def inner(request: Request, *args, **kwargs) -> Response:
+            try:
+                return view(request, *args, **kwargs)
+            except (SessionError, ValidationError, ParseError) as exc:
+                body = request.data if isinstance(request.data, dict) else {}
+                submit.training_reject(
+                    tenant=tenant_of(request),
+                    model_id=body.get("model_id"),
+                    seq_id=body.get("seq_id"),
+                    kind=kind,
+                    error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
+                )
+                raise
+
+        return inner
+
+    return wrap
+
+
 def _submit(request: Request, req, kind: str, plan=None) -> Response:
     payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
     op = submit.training_submit(
@@ -37,21 +66,25 @@ def _submit(request: Request, req, kind: str, plan=None) -> Response:
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.FORWARD)
 def forward(request: Request) -> Response:
     return _submit(request, parse(request, ForwardRequest), Operation.Kind.FORWARD)
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.FORWARD_BACKWARD)
 def forward_backward(request: Request) -> Response:
     return _submit(request, parse(request, ForwardBackwardRequest), Operation.Kind.FORWARD_BACKWARD)
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.OPTIM_STEP)
 def optim_step(request: Request) -> Response:
     return _submit(request, parse(request, OptimStepRequest), Operation.Kind.OPTIM_STEP)
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.SAVE_WEIGHTS)
 def save_weights(request: Request) -> Response:
     req = parse(request, SaveWeightsRequest)
     name = submit.checkpoint_name(
@@ -67,6 +100,7 @@ def save_weights(request: Request) -> Response:
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
 def save_weights_for_sampler(request: Request) -> Response:
     req = parse(request, SaveWeightsForSamplerRequest)
     if req.path is None and req.sampling_session_seq_id is not None:
@@ -94,6 +128,7 @@ def save_weights_for_sampler(request: Request) -> Response:
 
 
 @api_view(["POST"])
+@sequenced(Operation.Kind.LOAD_WEIGHTS)
 def load_weights(request: Request) -> Response:
     req = parse(request, LoadWeightsRequest)
     if req.model_id is None:

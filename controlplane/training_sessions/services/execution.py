@@ -9,7 +9,7 @@ operation's effects (model ready, checkpoint recorded, sampler opened, model unl
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db import transaction
@@ -38,12 +38,72 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
     )
 
 
+def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
+    """Keep each model's sequence moving past requests that will never run.
+
+    An operation already finished at ``next_seq`` (a request refused on arrival) is stepped
+    over. A ``seq_id`` that never arrived while later ones have waited ``gap_seconds`` (the
+    client gave up on it) is recorded as failed, so the later ones can run.
+    """
+    settled = 0
+    models = TrainingModel.objects.filter(
+        worker=worker, operations__status=Operation.Status.PENDING
+    ).distinct()
+    for model in models:
+        while True:
+            at_next = Operation.objects.filter(model=model, seq_id=model.next_seq).first()
+            if at_next is not None:
+                if at_next.status not in Operation.FINISHED:
+                    break
+                _advance(at_next)
+                model.refresh_from_db(fields=["next_seq"])
+                settled += 1
+                continue
+            waiting = model.operations.filter(
+                status=Operation.Status.PENDING, seq_id__gt=model.next_seq
+            )
+            oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
+            if oldest is None or (timezone.now() - oldest).total_seconds() < gap_seconds:
+                break
+            _record_missing(model)
+            model.refresh_from_db(fields=["next_seq"])
+            settled += 1
+    return settled
+
+
+@transaction.atomic
+def _record_missing(model: TrainingModel) -> None:
+    seq = model.next_seq
+    op = Operation.objects.create(
+        tenant_id=model.tenant_id,
+        session_id=model.session_id,
+        model=model,
+        worker_id=model.worker_id,
+        seq_id=seq,
+        kind="missing",
+        payload={},
+        payload_digest="",
+        status=Operation.Status.FAILED,
+        error=f"seq_id {seq} never arrived; later requests ran without it",
+        error_category="user",
+        finished_at=timezone.now(),
+    )
+    _advance(op)
+
+
 def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
     return list(
         Operation.objects.filter(
             worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
         ).order_by("created_at")[:limit]
     )
+
+
+def has_waiting_work(*, worker: Worker, older_than_seconds: float = 2.0) -> bool:
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    return Operation.objects.filter(
+        worker=worker, status=Operation.Status.PENDING, created_at__lt=cutoff
+    ).exists()
 
 
 def claim(op: Operation) -> bool:

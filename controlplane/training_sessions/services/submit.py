@@ -205,6 +205,42 @@ def training_submit(
     )
 
 
+def training_reject(
+    *, tenant: Tenant, model_id: object, seq_id: object, kind: str, error: str
+) -> None:
+    """A training request refused on arrival still takes its seq_id, as a failed operation,
+    so the model's later requests do not wait for it forever."""
+    if (
+        not isinstance(model_id, str)
+        or not isinstance(seq_id, int)
+        or isinstance(seq_id, bool)
+        or seq_id < 1
+    ):
+        return
+    model = TrainingModel.objects.filter(tenant=tenant, id=model_id).first()
+    if model is None or seq_id < model.next_seq or model.operations.filter(seq_id=seq_id).exists():
+        return
+    try:
+        with transaction.atomic():
+            Operation.objects.create(
+                tenant=tenant,
+                session_id=model.session_id,
+                model=model,
+                worker_id=model.worker_id,
+                seq_id=seq_id,
+                kind=kind,
+                payload={},
+                payload_digest="",
+                status=Operation.Status.FAILED,
+                error=error[:10000],
+                error_category="user",
+                finished_at=timezone.now(),
+            )
+    except IntegrityError:
+        return
+    dispatch.wake_worker(model.worker.queue)
+
+
 def checkpoint_name(name: str | None, fallback: str) -> str:
     name = name or fallback
     if not NAME_RE.match(name):
