@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup demo test test-fast lint format check bench clean
+.PHONY: setup serve demo test test-fast lint format check bench bench-overhead clean
 
 # The stamp is rebuilt when the dependency lists change.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
@@ -18,6 +18,9 @@ $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed ## create .venv and install everything
+
+serve: setup ## the service on the embedded default: http://127.0.0.1:8000, API key printed
+	$(BIN)/python manage.py serve
 
 demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU, no services)
 	$(BIN)/python -m workers.engine.demo
@@ -41,6 +44,9 @@ check: lint
 
 bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 	$(BIN)/python -m bench.engine_bench
+
+bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
+	$(BIN)/python -m bench.overhead_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

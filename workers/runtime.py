@@ -116,7 +116,7 @@ class WorkerRuntime:
         """Run everything runnable; returns how many operations ran."""
         ran = 0
         while True:
-            progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
+            progressed = 0
             for op in execution.next_training_ops(worker=self.worker):
                 if execution.claim(op):
                     self._finish(op, self._training(op))
@@ -131,6 +131,9 @@ class WorkerRuntime:
                 for op, outcome in zip(claimed, outcomes, strict=True):
                     self._finish(op, outcome)
                 progressed += len(claimed)
+            if not progressed:
+                # Nothing runnable: step over refused or long-missing seq_ids, then look again.
+                progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
             ran += progressed
             if not progressed:
                 return ran

@@ -22,11 +22,11 @@ def retrieve_future(request: Request) -> Response:
     op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
     started = time.monotonic()
     deadline = started + settings.LONG_POLL_SECONDS
-    pause = 0.002
+    pause = 0.001
     while op.status not in Operation.FINISHED and time.monotonic() < deadline:
         time.sleep(pause)
         # Poll tightly while short operations usually finish, then back off.
-        if time.monotonic() - started > 0.2:
+        if time.monotonic() - started > 0.1:
             pause = min(pause * 1.5, 0.05)
         op.refresh_from_db(fields=["status", "result", "error", "error_category"])
     if op.status == Operation.Status.DONE:
