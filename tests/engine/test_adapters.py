@@ -182,7 +182,9 @@ def test_loading_adopts_the_checkpoint_alpha_and_resets_the_optimizer(make_host,
     train(first, "m", range(2))
     first.save_state("m", tmp_path / "ckpt")
     second = make_host()
-    second.create_adapter("n", AdapterConfig(rank=4, alpha=32, seed=1))  # e.g. a client that omits alpha
+    second.create_adapter(
+        "n", AdapterConfig(rank=4, alpha=32, seed=1)
+    )  # e.g. a client that omits alpha
     second.load_state("n", tmp_path / "ckpt", optimizer=False)
     assert second.pool.config("n").alpha == 64
     assert second.pool.optimizer("n").step == 0
