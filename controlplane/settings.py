@@ -28,12 +28,22 @@ INSTALLED_APPS = [
     "controlplane.fleet",
     "controlplane.training_sessions",
     "controlplane.api",
+    "web",
 ]
 
 MIDDLEWARE = [
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    }
 ]
 
 ROOT_URLCONF = "controlplane.urls"

@@ -1,7 +1,8 @@
-"""URL map: the Tinker wire protocol lives under /api/v1/."""
+"""URL map: the Tinker wire protocol under /api/v1/, the dashboard at the root."""
 
 from django.urls import include, path
 
 urlpatterns = [
     path("api/v1/", include("controlplane.api.urls")),
+    path("", include("web.urls")),
 ]

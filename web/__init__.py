@@ -1,0 +1,1 @@
+"""The dashboard (server-rendered Django). For now: the service's status page."""
