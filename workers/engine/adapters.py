@@ -104,10 +104,13 @@ class AdapterPool:
         placeholder = peft.LoraConfig(
             r=1, lora_alpha=1, target_modules="^(" + re.escape(self._any_target()) + ")$"
         )
-        self.model: PeftModel = peft.get_peft_model(base, placeholder, adapter_name=PLACEHOLDER)
+        with _quiet():
+            self.model: PeftModel = peft.get_peft_model(base, placeholder, adapter_name=PLACEHOLDER)
         self.model.eval()
         self._entries: dict[str, _Entry] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
+        self._active: str | None = None  # the peft adapter set active last
+        self._param_cache: dict[str, dict[str, torch.nn.Parameter]] = {}
 
     def _any_target(self) -> str:
         for group in ("attn", "mlp", "unembed"):
@@ -129,8 +132,10 @@ class AdapterPool:
         return self._entry(model_id).config
 
     def optimizer(self, model_id: str) -> AdamState:
-        self.activate(model_id)  # an evicted adapter's optimizer state lives on disk
-        return self._entry(model_id).optimizer
+        entry = self._entry(model_id)
+        if not entry.loaded:  # an evicted adapter's optimizer state lives on disk
+            self.activate(model_id)
+        return entry.optimizer
 
     def set_optimizer(self, model_id: str, state: AdamState) -> None:
         self._entry(model_id).optimizer = state
@@ -152,11 +157,13 @@ class AdapterPool:
         entry = self._entry(model_id)
         if entry.loaded:
             self.model.delete_adapter(adapter_name(model_id))
+            self._forget(model_id)
             self._lru.pop(model_id, None)
         self._spill_path(model_id).unlink(missing_ok=True)
         del self._entries[model_id]
         if not self._lru:
             self.model.set_adapter(PLACEHOLDER)
+            self._active = PLACEHOLDER
 
     def activate(self, model_id: str) -> dict[str, torch.nn.Parameter]:
         """Load if needed, make it the only adapter with gradients; returns its parameters."""
@@ -165,7 +172,10 @@ class AdapterPool:
             self._make_room()
             self._reload(entry)
         self._lru.move_to_end(model_id)
-        self.model.set_adapter(adapter_name(model_id))
+        name = adapter_name(model_id)
+        if self._active != name:  # peft's set_adapter walks every LoRA layer: only on a change
+            self.model.set_adapter(name)
+            self._active = name
         return self._params(model_id)
 
     def parameters(self, model_id: str) -> dict[str, torch.nn.Parameter]:
@@ -173,8 +183,13 @@ class AdapterPool:
         return self.activate(model_id)
 
     def _params(self, model_id: str) -> dict[str, torch.nn.Parameter]:
-        marker = "." + adapter_name(model_id) + "."
-        return {n.replace(marker, "."): p for n, p in self.model.named_parameters() if marker in n}
+        cached = self._param_cache.get(model_id)
+        if cached is None:
+            marker = "." + adapter_name(model_id) + "."
+            named = self.model.named_parameters()
+            cached = {n.replace(marker, "."): p for n, p in named if marker in n}
+            self._param_cache[model_id] = cached
+        return cached
 
     def state_dict(self, model_id: str) -> dict[str, torch.Tensor]:
         self.activate(model_id)
@@ -214,7 +229,13 @@ class AdapterPool:
         except KeyError:
             raise UnknownAdapter(model_id) from None
 
+    def _forget(self, model_id: str) -> None:
+        """Its peft layers changed: drop cached parameters and the notion of what is active."""
+        self._param_cache.pop(model_id, None)
+        self._active = None
+
     def _inject(self, model_id: str, cfg: AdapterConfig, pcfg: peft.LoraConfig) -> None:
+        self._forget(model_id)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
             with _quiet():
@@ -241,6 +262,7 @@ class AdapterPool:
         }
         torch.save(blob, self._spill_path(entry.model_id))
         self.model.delete_adapter(adapter_name(entry.model_id))
+        self._forget(entry.model_id)
         entry.optimizer = AdamState()
         entry.loaded = False
 

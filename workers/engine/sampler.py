@@ -35,7 +35,7 @@ class SampleJob:
     top_k: int = -1
     top_p: float = 1.0
     stop_strings: list[str] = field(default_factory=list)
-    stop_tokens: list[int] | None = None  # None: stop at the tokenizer's end-of-sequence token
+    stop_tokens: list[int] | None = None  # None: end-of-sequence; []: never stop early
     seed: int | None = None
     prompt_logprobs: bool = False
     topk_prompt_logprobs: int = 0
@@ -55,9 +55,11 @@ class SampleJob:
         tokens: list[int] | None = None
         if isinstance(stop, str):
             strings = [stop]
-        elif stop:
+        elif stop is not None:
             items = list(stop)
-            if all(isinstance(s, str) for s in items):
+            if not items:
+                tokens = []  # an explicit empty list: no stop at all, not even end-of-sequence
+            elif all(isinstance(s, str) for s in items):
                 strings = [str(s) for s in items]
             elif all(isinstance(s, int) and not isinstance(s, bool) for s in items):
                 tokens = [int(s) for s in items]
@@ -311,9 +313,7 @@ class Sampler:
             if jobs[j].temperature == 0:
                 tokens[idx] = logits_R_V[idx].argmax(-1)
             else:
-                tokens[idx] = torch.multinomial(logp_R_V[idx].exp(), 1, generator=gens[j]).squeeze(
-                    -1
-                )
+                tokens[idx] = _inverse_cdf(logp_R_V[idx], gens[j])
         if bool(greedy.any()):
             raw = torch.log_softmax(logits_R_V, dim=-1)
             logp_R_V = torch.where(greedy.unsqueeze(-1), raw, logp_R_V)
@@ -360,3 +360,17 @@ class Sampler:
         window = max(len(s) for s in stops) + 8
         text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
         return any(s in text for s in stops)
+
+
+def _inverse_cdf(logp_N_V: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One draw per row from its distribution: a single uniform per row, not one per token.
+
+    ``1 - u`` lies in (0, 1], so the pick lands on a token of non-zero probability: a token
+    removed by top-k/top-p (probability exactly 0) can never be chosen.
+    """
+    cdf_N_V = logp_N_V.exp().cumsum(-1)
+    u_N = torch.rand(
+        logp_N_V.shape[0], 1, generator=generator, device=logp_N_V.device, dtype=cdf_N_V.dtype
+    )
+    picked = torch.searchsorted(cdf_N_V, (1 - u_N) * cdf_N_V[:, -1:])
+    return picked.squeeze(-1).clamp_(max=logp_N_V.shape[-1] - 1)

@@ -1,0 +1,91 @@
+"""Operation overhead: a small forward_backward through SDK → HTTP → control plane → broker →
+worker → engine, against the same engine call in process. Prints p50/p99 of both, their ratio
+and the milliseconds the service adds.
+
+    python -m bench.overhead_bench [--backend postgres-redis|embedded] [--n 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from loopwright import ServiceClient
+from loopwright.types import Datum, ForwardBackwardInput, ModelInput
+from tests.e2e.stack import TINY, Stack
+from workers.engine.adapters import AdapterConfig
+from workers.engine.host import ModelHost
+
+TOKENS = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]
+
+
+def datum() -> Datum:
+    return Datum(
+        model_input=ModelInput.from_ints(TOKENS[:-1]), loss_fn_inputs={"target_tokens": TOKENS[1:]}
+    )
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def time_calls(call, n: int, warmup: int = 5) -> list[float]:
+    for _ in range(warmup):
+        call()
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def in_process(n: int) -> list[float]:
+    host = ModelHost(TINY)
+    host.create_adapter("bench", AdapterConfig(rank=8, seed=0))
+    fwd = ForwardBackwardInput(data=[datum()], loss_fn="cross_entropy")
+    return time_calls(lambda: host.forward_backward("bench", fwd), n)
+
+
+def through_service(backend: str, n: int) -> list[float]:
+    stack = Stack(backend, Path(tempfile.mkdtemp(prefix="lw-bench-"))).start()
+    try:
+        with ServiceClient(base_url=stack.url, api_key=stack.keys["alice"]) as svc:
+            tc = svc.create_lora_training_client(TINY, rank=8, seed=0)
+            data = [datum()]
+            return time_calls(
+                lambda: tc.forward_backward(data, loss_fn="cross_entropy").result(), n
+            )
+    finally:
+        stack.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="postgres-redis", choices=["postgres-redis", "embedded"])
+    p.add_argument("--n", type=int, default=100)
+    args = p.parse_args(argv)
+    local = in_process(args.n)
+    remote = through_service(args.backend, args.n)
+    print(
+        f"\nforward_backward, 1 datum × {len(TOKENS) - 1} tokens, tiny model, {args.n} calls ({args.backend})"
+    )
+    print(
+        f"{'':>10} {'in-process ms':>14} {'service ms':>11} {'ratio':>7} {'added ms':>9} {'target':>10}"
+    )
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        a, b = percentile(local, q), percentile(remote, q)
+        target = "< 15 added" if name == "p50" else ""
+        print(f"{name:>10} {a:14.2f} {b:11.2f} {b / a:7.2f} {b - a:9.2f} {target:>10}")
+    print(f"{'mean':>10} {statistics.mean(local):14.2f} {statistics.mean(remote):11.2f}")
+
+
+if __name__ == "__main__":
+    main()
