@@ -71,7 +71,9 @@ def main() -> None:
                 {"role": "user", "content": f"What is {a} + {b}? Answer with the number only."}
             ]
             return list(
-                tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+                tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=True, return_dict=False
+                )
             )
 
         for step in range(args.steps):
