@@ -20,6 +20,7 @@ def _settings(settings, tmp_path):
     settings.BROKER_URL = "memory://"
     settings.STORAGE_DIR = tmp_path / "storage"
     settings.LONG_POLL_SECONDS = 0.2
+    settings.NOTIFY_ON_COMPLETION = False  # tests run inside a transaction: notices never commit
 
 
 @dataclass

@@ -58,15 +58,17 @@ def test_grpo_loop_of_the_example_raises_reward(pg_stack) -> None:
         tokenizer = training_client.get_tokenizer()
         sampling_client = training_client.create_sampling_client()
         mean_rewards = []
-        for _step in range(10):
+        for step in range(10):
             datums, pending = [], []
-            for _ in range(4):
+            for i in range(4):
                 a, b = (int(x) for x in rng.integers(0, 50, size=2))
                 prompt = tokenizer.encode(f"{a}+{b}=", add_special_tokens=False)
                 future = sampling_client.sample(
                     ModelInput.from_ints(prompt),
                     num_samples=8,
-                    sampling_params=SamplingParams(max_tokens=4, temperature=1.0, stop=[]),
+                    sampling_params=SamplingParams(
+                        max_tokens=4, temperature=1.0, stop=[], seed=10 * step + i
+                    ),
                 )
                 pending.append((prompt, a + b, future))
             step_rewards = []
@@ -85,6 +87,7 @@ def test_grpo_loop_of_the_example_raises_reward(pg_stack) -> None:
             fwd_bwd_op.result(), optim_op.result()
             sampling_client = training_client.save_weights_and_get_sampling_client()
         training_client.save_state().result()
+    print("mean reward per step", mean_rewards)
     assert np.mean(mean_rewards[-3:]) > np.mean(mean_rewards[:3]) + 0.1, mean_rewards
     with ServiceClient(base_url=pg_stack.url, api_key=pg_stack.keys["alice"]) as other:
         assert other.get_session(training_client.session_id).state in ("stopping", "stopped")

@@ -9,7 +9,7 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.training_sessions import selectors
+from controlplane.training_sessions import notify, selectors
 from controlplane.training_sessions.models import Operation
 from loopwright.types import FutureRetrieveRequest
 
@@ -20,6 +20,34 @@ from ..parsing import parse, public, tenant_of
 def retrieve_future(request: Request) -> Response:
     req = parse(request, FutureRetrieveRequest)
     op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
+    op = _wait_notified(op) if notify.available() else _wait_polling(op)
+    if op.status == Operation.Status.DONE:
+        return Response(public(op.result))
+    if op.status == Operation.Status.FAILED:
+        return Response({"error": op.error, "category": op.error_category or "server"})
+    return Response({"type": "try_again", "request_id": op.id, "queue_state": "active"}, status=408)
+
+
+def _wait_notified(op: Operation) -> Operation:
+    """Sleep until the worker's NOTIFY (or, as a fallback, a periodic look) says it finished."""
+    deadline = time.monotonic() + settings.LONG_POLL_SECONDS
+    event = notify.listener.register(op.pk)
+    try:
+        # Look again now that we listen: a notice sent before registering is not missed.
+        op.refresh_from_db(fields=["status", "result", "error", "error_category"])
+        while op.status not in Operation.FINISHED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            event.wait(min(remaining, 1.0))
+            event.clear()
+            op.refresh_from_db(fields=["status", "result", "error", "error_category"])
+    finally:
+        notify.listener.unregister(op.pk, event)
+    return op
+
+
+def _wait_polling(op: Operation) -> Operation:
     started = time.monotonic()
     deadline = started + settings.LONG_POLL_SECONDS
     pause = 0.001
@@ -29,8 +57,4 @@ def retrieve_future(request: Request) -> Response:
         if time.monotonic() - started > 0.1:
             pause = min(pause * 1.5, 0.05)
         op.refresh_from_db(fields=["status", "result", "error", "error_category"])
-    if op.status == Operation.Status.DONE:
-        return Response(public(op.result))
-    if op.status == Operation.Status.FAILED:
-        return Response({"error": op.error, "category": op.error_category or "server"})
-    return Response({"type": "try_again", "request_id": op.id, "queue_state": "active"}, status=408)
+    return op

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from controlplane.fleet.models import Worker
 
+from .. import notify
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
 from .sessions import session_finish_if_unloaded
 
@@ -126,6 +127,7 @@ def complete(op: Operation, result: dict) -> None:
         return
     _advance(op)
     _apply_effects(op, result)
+    notify.send(op.pk)
 
 
 @transaction.atomic
@@ -141,6 +143,7 @@ def fail(op: Operation, error: str, category: str) -> None:
     if not updated:
         return
     _advance(op)
+    notify.send(op.pk)
     if op.kind == Operation.Kind.CREATE_MODEL:
         TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.FAILED)
     elif op.kind == Operation.Kind.UNLOAD_MODEL:
