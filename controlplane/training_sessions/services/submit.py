@@ -22,7 +22,7 @@ from controlplane import dispatch
 from controlplane.fleet.services import NoWorkerAvailable, worker_place
 from controlplane.tenants.models import Tenant
 
-from ..errors import Conflict, NotActive, SessionError, Unavailable
+from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from .sessions import session_touch
@@ -30,6 +30,7 @@ from .sessions import session_touch
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_ALPHA = 32.0
+TOUCH_SECONDS = 5.0
 
 
 def digest(payload: dict) -> str:
@@ -62,9 +63,12 @@ def _existing_or_conflict(existing: Operation, payload_digest: str, what: str) -
     return existing
 
 
-def _create_op(lookup: dict, what: str, **fields) -> Operation:
+def _create_op(
+    lookup: dict, what: str, *, existing: Operation | None = None, checked: bool = False, **fields
+) -> Operation:
     """Insert the row, or return the identical one a retry already inserted."""
-    existing = Operation.objects.filter(**lookup).first()
+    if not checked:
+        existing = Operation.objects.filter(**lookup).first()
     if existing is not None:
         return _existing_or_conflict(existing, fields["payload_digest"], what)
     try:
@@ -170,11 +174,15 @@ def training_submit(
     payload: dict,
     plan: dict | None = None,
 ) -> Operation:
-    model = (
-        TrainingModel.objects.select_for_update()
-        .select_related("session", "worker")
-        .get(pk=model_get(tenant=tenant, model_id=model_id).pk)
-    )
+    try:
+        model = (
+            TrainingModel.objects.select_for_update(of=("self",))
+            .select_related("session", "worker")
+            .get(tenant=tenant, id=model_id)
+        )
+    except TrainingModel.DoesNotExist:
+        raise NotFound(f"model {model_id!r} not found", field="model_id") from None
+    existing = None
     if seq_id is not None:
         existing = Operation.objects.filter(model=model, seq_id=seq_id).first()
         if existing is not None and existing.payload_digest == digest(payload):
@@ -190,11 +198,12 @@ def training_submit(
             f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id"
         )
     plan = {"adapter": model.id, **(plan(model) if callable(plan) else plan or {})}
-    TrainingModel.objects.filter(pk=model.pk).update(last_request_at=timezone.now())
-    session_touch(model.session)
+    _touch(model)
     return _create_op(
         {"model": model, "seq_id": seq_id},
         f"seq_id {seq_id} of model {model.id}",
+        existing=existing,
+        checked=True,
         tenant=tenant,
         session=model.session,
         worker=model.worker,
@@ -239,6 +248,16 @@ def training_reject(
     except IntegrityError:
         return
     dispatch.wake_worker(model.worker.queue)
+
+
+def _touch(model: TrainingModel) -> None:
+    """Requests count as signs of life; written at most once a few seconds, not per request."""
+    now = timezone.now()
+    if (now - model.last_request_at).total_seconds() > TOUCH_SECONDS:
+        TrainingModel.objects.filter(pk=model.pk).update(last_request_at=now)
+    beat = model.session.last_heartbeat_at
+    if beat is None or (now - beat).total_seconds() > TOUCH_SECONDS:
+        session_touch(model.session)
 
 
 def checkpoint_name(name: str | None, fallback: str) -> str:
