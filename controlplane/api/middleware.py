@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from django.conf import settings
 from django.http import HttpResponse
@@ -26,3 +27,16 @@ class BodySizeLimitMiddleware:
             }
             return HttpResponse(json.dumps(body), status=413, content_type="application/json")
         return self.get_response(request)
+
+
+class ServerTimingMiddleware:
+    """``Server-Timing: app;dur=<ms>`` on every response: time spent inside the application."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        response["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+        return response
