@@ -6,6 +6,7 @@ mean bad input are ``user`` errors; anything else is a ``server`` error.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,16 +103,46 @@ def sample_job(payload: dict) -> SampleJob:
     )
 
 
-def run_samples(host: ModelHost, items: Sequence[tuple[dict, dict]]) -> list[Outcome]:
+class SamplerAdapters:
+    """Adapters loaded from saved sampler weights, least recently used first.
+
+    An RL loop saves new sampler weights every step; only the newest few stay on the host, the
+    rest are dropped (and reloaded from storage if a client samples from them again).
+    """
+
+    def __init__(self, limit: int = 8) -> None:
+        self.limit = limit
+        self._order: OrderedDict[str, None] = OrderedDict()
+
+    def ensure(self, host: ModelHost, adapter: str, storage_path: str) -> None:
+        if not host.has_adapter(adapter):
+            host.load_adapter_from(adapter, Path(storage_path))
+        self._order[adapter] = None
+        self._order.move_to_end(adapter)
+
+    def trim(self, host: ModelHost) -> list[str]:
+        dropped = []
+        while len(self._order) > self.limit:
+            adapter, _ = self._order.popitem(last=False)
+            if host.has_adapter(adapter):
+                host.remove_adapter(adapter)
+            dropped.append(adapter)
+        return dropped
+
+
+def run_samples(
+    host: ModelHost, items: Sequence[tuple[dict, dict]], samplers: SamplerAdapters | None = None
+) -> list[Outcome]:
     """Sample requests (payload, plan) in as few batches as possible: one per adapter.
 
     A bad request fails alone; the others in its batch still run.
     """
+    samplers = samplers or SamplerAdapters(limit=1 << 30)
     outcomes: list[Outcome | None] = [None] * len(items)
     groups: dict[str | None, list[tuple[int, SampleJob]]] = {}
     for i, (payload, plan) in enumerate(items):
         try:
-            adapter = _sampler_adapter(host, plan)
+            adapter = _sampler_adapter(host, plan, samplers)
             job = sample_job(payload)
             host.sampler.validate(job)
         except Exception as exc:
@@ -127,12 +158,13 @@ def run_samples(host: ModelHost, items: Sequence[tuple[dict, dict]]) -> list[Out
             continue
         for (i, _), res in zip(members, results, strict=True):
             outcomes[i] = Outcome(result=res.to_response().model_dump(mode="json"))
+    samplers.trim(host)  # after the batch: never drop an adapter this batch is using
     return [o if o is not None else Outcome(error="not run") for o in outcomes]
 
 
-def _sampler_adapter(host: ModelHost, plan: dict) -> str | None:
+def _sampler_adapter(host: ModelHost, plan: dict, samplers: SamplerAdapters) -> str | None:
     """The adapter to sample with; saved sampler weights are loaded on first use."""
     adapter = plan.get("adapter")
-    if adapter is not None and plan.get("storage_path") and not host.has_adapter(adapter):
-        host.load_adapter_from(adapter, Path(plan["storage_path"]))
+    if adapter is not None and plan.get("storage_path"):
+        samplers.ensure(host, adapter, plan["storage_path"])
     return adapter

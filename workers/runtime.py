@@ -21,7 +21,7 @@ from controlplane.fleet import services as fleet
 from controlplane.training_sessions.services import execution
 
 from .engine.host import HostConfig, ModelHost
-from .executor import Outcome, classify, run_samples, run_training
+from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
 
 log = logging.getLogger("loopwright.worker")
 
@@ -68,6 +68,9 @@ class WorkerRuntime:
                 dtype=settings.dtype,
                 max_loaded_adapters=settings.max_loaded_adapters,
             ),
+        )
+        self.samplers = SamplerAdapters(
+            limit=int(os.environ.get("LOOPWRIGHT_WORKER_SAMPLER_ADAPTERS", "8"))
         )
         self.worker = self._register()
         recovered = execution.recover_worker(worker=self.worker)
@@ -127,7 +130,9 @@ class WorkerRuntime:
                 if execution.claim(op)
             ]
             if claimed:
-                outcomes = run_samples(self.host, [(op.payload, op.plan) for op in claimed])
+                outcomes = run_samples(
+                    self.host, [(op.payload, op.plan) for op in claimed], self.samplers
+                )
                 for op, outcome in zip(claimed, outcomes, strict=True):
                     self._finish(op, outcome)
                 progressed += len(claimed)

@@ -1,4 +1,4 @@
-"""Periodic housekeeping: expire idle sessions (their models are unloaded)."""
+"""Periodic housekeeping: expire idle sessions (their models are unloaded) and old checkpoints."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import threading
 
 from django.db import close_old_connections
 
+from controlplane.training_sessions.services.retention import checkpoints_expire
 from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
 log = logging.getLogger("loopwright.janitor")
@@ -16,7 +17,10 @@ def sweep() -> dict:
     expired = sessions_expire_idle()
     if expired:
         log.info("expired %d idle sessions: %s", len(expired), ", ".join(expired))
-    return {"expired_sessions": expired}
+    checkpoints = checkpoints_expire()
+    if checkpoints:
+        log.info("deleted %d expired checkpoints", len(checkpoints))
+    return {"expired_sessions": expired, "expired_checkpoints": checkpoints}
 
 
 def run_forever(stop: threading.Event, every_seconds: float = 15.0) -> None:

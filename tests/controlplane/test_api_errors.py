@@ -124,3 +124,35 @@ def test_catalog_endpoints(alice, runtime) -> None:
         alice.post("client/config", {"sdk_version": "0.24.1"}).json()["use_pyqwest_transport"]
         is False
     )
+
+
+def test_expired_checkpoints_are_deleted_with_their_files(alice, runtime) -> None:
+    from pathlib import Path
+
+    from controlplane.fleet.janitor import sweep
+    from controlplane.training_sessions.models import Checkpoint
+
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    keep = result(
+        alice,
+        runtime,
+        alice.post("save_weights", {"model_id": mid, "seq_id": 1, "path": "keep"}).json(),
+    )
+    brief = result(
+        alice,
+        runtime,
+        alice.post(
+            "save_weights", {"model_id": mid, "seq_id": 2, "path": "brief", "ttl_seconds": 60}
+        ).json(),
+    )
+    folder = Path(Checkpoint.objects.get(tinker_path=brief["path"]).storage_path)
+    assert folder.is_dir()
+    assert sweep()["expired_checkpoints"] == []
+    Checkpoint.objects.filter(tinker_path=brief["path"]).update(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert sweep()["expired_checkpoints"] == [brief["path"]]
+    assert not folder.exists()
+    assert alice.post("weights_info", {"tinker_path": brief["path"]}).status_code == 404
+    assert alice.post("weights_info", {"tinker_path": keep["path"]}).status_code == 200

@@ -235,3 +235,44 @@ def test_a_seq_id_that_never_arrives_times_out(alice, runtime) -> None:
     assert missing.status == "failed" and "never arrived" in missing.error
     late = alice.post("forward_backward", fwdbwd(mid, 1, [datum([3])]))
     assert late.status_code == 409
+
+
+def test_old_sampler_weights_leave_the_host_and_come_back_on_use(alice, runtime) -> None:
+    runtime.samplers.limit = 2
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    req = {
+        "num_samples": 1,
+        "prompt": {"chunks": [{"tokens": [5, 6]}]},
+        "sampling_params": {"max_tokens": 2, "stop": [], "seed": 1},
+    }
+    samplers, first_answers = [], []
+    for step in range(4):  # an RL loop: new sampler weights every step
+        saved = result(
+            alice,
+            runtime,
+            alice.post(
+                "save_weights_for_sampler",
+                {"model_id": mid, "seq_id": step + 1, "sampling_session_seq_id": step},
+            ).json(),
+        )
+        samplers.append(saved["sampling_session_id"])
+        first_answers.append(
+            result(
+                alice,
+                runtime,
+                alice.post(
+                    "asample", {**req, "sampling_session_id": samplers[-1], "seq_id": 1}
+                ).json(),
+            )
+        )
+    loaded = [s for s in samplers if runtime.host.has_adapter(f"sampler:{s}")]
+    assert loaded == samplers[-2:]
+    again = result(
+        alice,
+        runtime,
+        alice.post("asample", {**req, "sampling_session_id": samplers[0], "seq_id": 2}).json(),
+    )
+    assert (
+        again["sequences"] == first_answers[0]["sequences"]
+    )  # reloaded from storage, same weights
