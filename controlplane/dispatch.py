@@ -15,8 +15,17 @@ from django.db import transaction
 DRAIN_TASK = "loopwright.drain"
 
 
+def broker_url(configured: str) -> str:
+    """The embedded ``filesystem://`` broker uses our atomic-write variant of the transport."""
+    if configured.startswith("filesystem"):
+        from .broker_fs import register
+
+        return register()
+    return configured
+
+
 def broker_options(broker_url: str, broker_dir) -> dict:
-    if broker_url.startswith("filesystem"):
+    if broker_url.startswith(("filesystem", "lwfs")):
         folder, control = broker_dir / "messages", broker_dir / "control"
         folder.mkdir(parents=True, exist_ok=True)
         control.mkdir(parents=True, exist_ok=True)
@@ -31,7 +40,7 @@ def broker_options(broker_url: str, broker_dir) -> dict:
 
 @lru_cache(maxsize=1)
 def celery_client() -> Celery:
-    app = Celery("loopwright-controlplane", broker=settings.BROKER_URL)
+    app = Celery("loopwright-controlplane", broker=broker_url(settings.BROKER_URL))
     app.conf.broker_transport_options = broker_options(settings.BROKER_URL, settings.BROKER_DIR)
     app.conf.task_ignore_result = True
     app.conf.broker_connection_retry_on_startup = True

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 
 import numpy as np
 
@@ -21,7 +22,9 @@ from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 
 
 def extract_answer(text: str) -> str:
-    return text.strip().split()[0].rstrip(".") if text.strip() else ""
+    """The last whole number in the answer ("7 + 5 = 12" -> "12")."""
+    numbers = re.findall(r"-?\d+", text)
+    return numbers[-1] if numbers else ""
 
 
 def compute_reward(response_text: str, ground_truth: int) -> float:
@@ -89,7 +92,7 @@ def main() -> None:
                             ModelInput.from_ints(prompt),
                             num_samples=args.k,
                             sampling_params=SamplingParams(
-                                max_tokens=8, temperature=0.7, top_p=0.9
+                                max_tokens=24, temperature=0.7, top_p=0.9
                             ),
                         ),
                     )

@@ -17,9 +17,9 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from controlplane.dispatch import DRAIN_TASK, broker_options  # noqa: E402
+from controlplane.dispatch import DRAIN_TASK, broker_options, broker_url  # noqa: E402
 
-app = Celery("loopwright-worker", broker=settings.BROKER_URL)
+app = Celery("loopwright-worker", broker=broker_url(settings.BROKER_URL))
 app.conf.update(
     broker_transport_options={
         **broker_options(settings.BROKER_URL, settings.BROKER_DIR),
