@@ -16,10 +16,12 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import peft
 import torch
 from peft import PeftModel, get_peft_model_state_dict
+from transformers import PreTrainedModel
 
 from .errors import InvalidInput, UnknownAdapter
 from .optim import AdamState
@@ -44,7 +46,7 @@ class AdapterConfig:
         return asdict(self)
 
 
-def linear_targets(model: torch.nn.Module) -> dict[str, list[str]]:
+def linear_targets(model: PreTrainedModel) -> dict[str, list[str]]:
     """Names of the base model's linear layers by group: attn, mlp, unembed."""
     groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": []}
     out_emb = model.get_output_embeddings()
@@ -73,7 +75,11 @@ def peft_config(cfg: AdapterConfig, targets: dict[str, list[str]]) -> peft.LoraC
     # Exact module paths: a leaf such as "lm_head" must not match elsewhere.
     pattern = "^(" + "|".join(re.escape(n) for n in sorted(chosen)) + ")$"
     return peft.LoraConfig(
-        r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=0.0, target_modules=pattern, bias="none"
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,  # type: ignore[arg-type]  # peft types it int; scaling takes a float
+        lora_dropout=0.0,
+        target_modules=pattern,
+        bias="none",
     )
 
 
@@ -93,7 +99,7 @@ class _Entry:
 class AdapterPool:
     """The adapters of one host. Not thread-safe: the host serialises calls."""
 
-    def __init__(self, base: torch.nn.Module, *, max_loaded: int, max_rank: int, spill_dir: Path):
+    def __init__(self, base: PreTrainedModel, *, max_loaded: int, max_rank: int, spill_dir: Path):
         self.targets = linear_targets(base)
         self.max_loaded = max_loaded
         self.max_rank = max_rank
@@ -220,7 +226,7 @@ class AdapterPool:
                 p.grad = None
 
     def peft_config(self, model_id: str) -> peft.LoraConfig:
-        return self.model.peft_config[adapter_name(model_id)]
+        return cast(peft.LoraConfig, self.model.peft_config[adapter_name(model_id)])
 
     # -- internals -------------------------------------------------------------------------
     def _entry(self, model_id: str) -> _Entry:

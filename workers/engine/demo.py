@@ -46,9 +46,11 @@ def sft_datum(host: ModelHost, a: int, b: int) -> Datum:
     ]
     tokens = prompt + answer
     weights = [0.0] * (len(prompt) - 1) + [1.0] * len(answer)
-    return Datum(
-        model_input=ModelInput.from_ints(tokens[:-1]),
-        loss_fn_inputs={"target_tokens": tokens[1:], "weights": weights},
+    return Datum.model_validate(
+        {
+            "model_input": ModelInput.from_ints(tokens[:-1]),
+            "loss_fn_inputs": {"target_tokens": tokens[1:], "weights": weights},
+        }
     )
 
 
@@ -59,7 +61,7 @@ def accuracy(host: ModelHost, model_id: str | None, items: list[tuple[int, int]]
     results = host.sample(model_id, jobs)
     right = 0
     for (a, b), res in zip(items, results, strict=True):
-        text = host.tokenizer.decode(res.sequences[0].tokens, skip_special_tokens=True).strip()
+        text = str(host.tokenizer.decode(res.sequences[0].tokens, skip_special_tokens=True)).strip()
         right += text.split()[0].rstrip(".") == str(a + b) if text else 0
     return right / len(items)
 

@@ -19,7 +19,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 from transformers.utils import logging as hf_logging
 
 from loopwright.types import (
@@ -71,7 +76,7 @@ class ModelHost:
         hf_logging.disable_progress_bar()
         started = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
-        model.to(self.device).requires_grad_(False)
+        model.to(self.device).requires_grad_(False)  # type: ignore[arg-type]  # transformers' .to stub
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
             self.materialized.path
         )
@@ -305,7 +310,7 @@ class ModelHost:
         return adapter_name(model_id)
 
 
-def _untie_output_embeddings(model: torch.nn.Module) -> None:
+def _untie_output_embeddings(model: PreTrainedModel) -> None:
     """Merging a LoRA into a tied unembedding would also change the input embeddings."""
     if not getattr(model.config, "tie_word_embeddings", False):
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -37,9 +38,7 @@ def _ratio(p: Tensor, inputs: Mapping[str, Tensor]) -> Tensor:
     return torch.exp(p - inputs["logprobs"])
 
 
-def _clip_bounds(
-    inputs: Mapping[str, Tensor], cfg: Mapping[str, float]
-) -> tuple[Tensor | float, Tensor | float]:
+def _clip_bounds(inputs: Mapping[str, Tensor], cfg: Mapping[str, float]) -> tuple[Any, Any]:
     # Per-token thresholds sent as loss_fn_inputs win over the scalar config.
     low = inputs.get("clip_low_threshold", cfg["clip_low_threshold"])
     high = inputs.get("clip_high_threshold", cfg["clip_high_threshold"])

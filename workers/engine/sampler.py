@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from loopwright.types import SampledSequence, SampleResponse, SamplingParams
+from loopwright.types import SampledSequence, SampleResponse, SamplingParams, StopReason
 
 from .errors import InvalidInput
 
@@ -62,7 +63,7 @@ class SampleJob:
             elif all(isinstance(s, str) for s in items):
                 strings = [str(s) for s in items]
             elif all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-                tokens = [int(s) for s in items]
+                tokens = [int(cast(int, s)) for s in items]
             else:
                 raise InvalidInput(
                     "sampling_params.stop", "must be strings or token ids, not a mix"
@@ -86,7 +87,7 @@ class SampleJob:
 class SampledSeq:
     tokens: list[int]
     logprobs: list[float]
-    stop_reason: str  # "stop" | "length"
+    stop_reason: StopReason
 
 
 @dataclass
@@ -115,7 +116,7 @@ class _Row:
     job: int
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
 
 
 class Sampler:

@@ -74,7 +74,7 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
 def build_tiny_model(tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     """Weights come from our own seeded generator, not from transformers' init order."""
     config = tiny_config(tokenizer)
-    model = LlamaForCausalLM(config).to(torch.float32)
+    model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]  # transformers' .to stub
     generator = torch.Generator().manual_seed(TINY_SEED)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
