@@ -7,7 +7,6 @@ input's length ``N``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -164,11 +163,3 @@ def pack(group: Sequence[PackedDatum], device: torch.device) -> Batch:
         inputs=tensors,
         lengths=[d.length for d in group],
     )
-
-
-def padded_tokens(group: Sequence[PackedDatum]) -> int:
-    return len(group) * max(d.length for d in group) if group else 0
-
-
-def is_finite_number(x: float) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

@@ -37,7 +37,7 @@ from loopwright.types import (
 
 from . import batch as batching
 from . import checkpoints
-from .adapters import AdapterConfig, AdapterPool, adapter_name
+from .adapters import AdapterConfig, AdapterPool
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, InvalidInput
 from .losses import resolve_loss
@@ -305,9 +305,6 @@ class ModelHost:
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             return directory
-
-    def adapter_key(self, model_id: str) -> str:
-        return adapter_name(model_id)
 
 
 def _untie_output_embeddings(model: PreTrainedModel) -> None:

@@ -182,10 +182,11 @@ def training_submit(
         )
     except TrainingModel.DoesNotExist:
         raise NotFound(f"model {model_id!r} not found", field="model_id") from None
+    payload_digest = digest(payload)  # JSON-encodes the whole request: once
     existing = None
     if seq_id is not None:
         existing = Operation.objects.filter(model=model, seq_id=seq_id).first()
-        if existing is not None and existing.payload_digest == digest(payload):
+        if existing is not None and existing.payload_digest == payload_digest:
             return existing  # a retry: same answer whatever state the session is in now
     _require_ready(model)
     if seq_id is None:
@@ -209,7 +210,7 @@ def training_submit(
         worker=model.worker,
         kind=kind,
         payload=payload,
-        payload_digest=digest(payload),
+        payload_digest=payload_digest,
         plan=plan,
     )
 
