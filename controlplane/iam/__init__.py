@@ -1,0 +1,1 @@
+"""Identity and access management: ARNs, the action catalogue, policy documents and evaluation."""
