@@ -1,0 +1,1 @@
+"""Customer keys per tenant and envelope encryption of stored blobs (checkpoints, weights)."""
