@@ -23,10 +23,14 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
+    "django.contrib.sessions",
     "rest_framework",
     "controlplane.tenants",
+    "controlplane.iam",
+    "controlplane.audit",
     "controlplane.fleet",
     "controlplane.training_sessions",
+    "controlplane.kms",
     "controlplane.api",
     "web",
 ]
@@ -36,6 +40,9 @@ MIDDLEWARE = [
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
 ]
 
 TEMPLATES = [
@@ -69,13 +76,28 @@ USE_TZ = True
 TIME_ZONE = "UTC"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["controlplane.tenants.auth.ApiKeyAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "controlplane.tenants.auth.ApiKeyAuthentication",
+        "controlplane.tenants.auth.LoginSessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
 }
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 10},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
 
 # -- Loopwright ----------------------------------------------------------------------------
 BROKER_URL = env.str("LOOPWRIGHT_BROKER_URL", default="filesystem://")
@@ -88,6 +110,17 @@ LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)
 NOTIFY_ON_COMPLETION = env.bool("LOOPWRIGHT_NOTIFY_ON_COMPLETION", default=True)
 SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
 WORKER_STALE_SECONDS = env.int("LOOPWRIGHT_WORKER_STALE_SECONDS", default=30)
+# Hops of X-Forwarded-For written by proxies we run (0: believe only the socket's address).
+TRUSTED_PROXIES = env.int("LOOPWRIGHT_TRUSTED_PROXIES", default=0)
+AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)
+# Password logins: this many failures per email (or per address) within the window throttle it.
+LOGIN_FAILURE_LIMIT = env.int("LOOPWRIGHT_LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOOPWRIGHT_LOGIN_FAILURE_WINDOW", default=15 * 60)
+INVITATION_TTL_DAYS = env.int("LOOPWRIGHT_INVITATION_TTL_DAYS", default=7)
+# Wraps every local KMS key's material; changing it makes those keys (and what they sealed) unreadable.
+KMS_MASTER_KEY = env.str("LOOPWRIGHT_KMS_MASTER_KEY", default="loopwright-kms:" + SECRET_KEY)
+KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None
+KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
 
 LOGGING = {
     "version": 1,

@@ -60,7 +60,7 @@ def main() -> None:
     args = p.parse_args()
     rng = random.Random(0)
 
-    svc = ServiceClient()  # LOOPWRIGHT_BASE_URL and LOOPWRIGHT_API_KEY from the environment
+    svc = ServiceClient()  # LOOPWRIGHT_BASE_URL, _API_KEY and _ROLE_ARN from the environment
     print("base models:", [m.name for m in svc.list_base_models()])
     with svc:
         training_client = svc.create_lora_training_client(

@@ -1,22 +1,26 @@
 """Run one operation's request on an engine host and return its JSON result.
 
 Pure translation between wire JSON and engine calls: no Django, no Celery. Engine errors that
-mean bad input are ``user`` errors; anything else is a ``server`` error.
+mean bad input are ``user`` errors; anything else is a ``server`` error. Checkpoints pass through
+a ``Vault``: sealed on the way to storage, opened into scratch on the way back.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from loopwright.types import AdamParams, ForwardBackwardInput, ModelInput, SamplingParams
 
+from .engine import checkpoints
 from .engine.adapters import AdapterConfig
 from .engine.errors import EngineError
 from .engine.host import ModelHost
 from .engine.sampler import SampleJob
+from .sealing import Vault
 
 
 @dataclass
@@ -38,8 +42,10 @@ def classify(exc: BaseException) -> Outcome:
     return Outcome(error=f"{type(exc).__name__}: {exc}", category="server")
 
 
-def run_training(host: ModelHost, kind: str, payload: dict, plan: dict) -> dict:
-    """One operation of a training model, by kind."""
+def run_training(
+    host: ModelHost, kind: str, payload: dict, plan: dict, vault: Vault | None = None
+) -> dict:
+    """One operation of a training model, by kind; ``vault`` seals and opens its checkpoints."""
     adapter = plan["adapter"]
     if kind == "create_model":
         lora = plan["lora"]
@@ -64,10 +70,13 @@ def run_training(host: ModelHost, kind: str, payload: dict, plan: dict) -> dict:
             adapter, AdamParams.model_validate(payload["adam_params"])
         ).model_dump(mode="json")
     if kind in ("save_weights", "save_weights_for_sampler"):
-        return _save(host, kind, adapter, plan)
+        return _save(host, kind, adapter, plan, vault)
     if kind == "load_weights":
         load = plan["load"]
-        host.load_state(adapter, Path(load["storage_path"]), optimizer=bool(load["optimizer"]))
+        optimizer = bool(load["optimizer"])
+        skip = () if optimizer else (checkpoints.OPTIMIZER_FILE,)
+        with _opened(Path(load["storage_path"]), load.get("sealing"), vault, skip) as folder:
+            host.load_state(adapter, folder, optimizer=optimizer)
         return {"path": load["tinker_path"], "model_id": adapter, "type": "load_weights"}
     if kind == "unload_model":
         if host.has_adapter(adapter):
@@ -76,20 +85,49 @@ def run_training(host: ModelHost, kind: str, payload: dict, plan: dict) -> dict:
     raise ValueError(f"unknown operation kind {kind!r}")
 
 
-def _save(host: ModelHost, kind: str, adapter: str, plan: dict) -> dict:
+def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | None) -> dict:
     spec = plan["checkpoint"]
     training = kind == "save_weights"
-    host.save_state(adapter, Path(spec["storage_path"]), optimizer=training)
+    storage, merged = Path(spec["storage_path"]), Path(spec["storage_path"] + ".merged")
     result: dict = {"type": kind}
-    if spec.get("merge"):
-        merged = Path(spec["storage_path"] + ".merged")
-        host.export_merged(adapter, merged)
-        result["_merged_path"] = str(merged)
+    sealing = spec.get("sealing")
+    if sealing is None:  # planned before checkpoints were sealed
+        host.save_state(adapter, storage, optimizer=training)
+        if spec.get("merge"):
+            result["_merged_path"] = str(host.export_merged(adapter, merged))
+    else:
+        vault = _need(vault)
+        vault.usable_key(sealing, f"saving {spec['tinker_path']}")  # refuse before any work
+        with vault.scratch() as scratch:
+            host.save_state(adapter, scratch / "state", optimizer=training)
+            result["_plaintext_bytes"] = vault.seal_folder(scratch / "state", storage, sealing)
+            if spec.get("merge"):
+                host.export_merged(adapter, scratch / "merged")
+                vault.seal_folder(scratch / "merged", merged, sealing, prefix="merged/")
+                result["_merged_path"] = str(merged)
     if plan.get("sampler_id"):
         result.update(path=None, sampling_session_id=plan["sampler_id"])
     else:
         result["path"] = spec["tinker_path"]
     return result
+
+
+@contextmanager
+def _opened(
+    storage: Path, sealing: dict | None, vault: Vault | None, skip: tuple[str, ...] = ()
+) -> Iterator[Path]:
+    """A checkpoint folder the engine can read: opened into scratch if sealed."""
+    if sealing is None:  # saved before checkpoints were sealed
+        yield storage
+        return
+    with _need(vault).opened(storage, sealing, skip=skip) as plain:
+        yield plain
+
+
+def _need(vault: Vault | None) -> Vault:
+    if vault is None:
+        raise RuntimeError("this checkpoint is sealed, and the worker was given no KMS vault")
+    return vault
 
 
 def sample_job(payload: dict) -> SampleJob:
@@ -114,9 +152,18 @@ class SamplerAdapters:
         self.limit = limit
         self._order: OrderedDict[str, None] = OrderedDict()
 
-    def ensure(self, host: ModelHost, adapter: str, storage_path: str) -> None:
+    def ensure(
+        self,
+        host: ModelHost,
+        adapter: str,
+        storage_path: str,
+        sealing: dict | None = None,
+        vault: Vault | None = None,
+    ) -> None:
         if not host.has_adapter(adapter):
-            host.load_adapter_from(adapter, Path(storage_path))
+            skip = (checkpoints.OPTIMIZER_FILE,)
+            with _opened(Path(storage_path), sealing, vault, skip) as folder:
+                host.load_adapter_from(adapter, folder)
         self._order[adapter] = None
         self._order.move_to_end(adapter)
 
@@ -131,18 +178,22 @@ class SamplerAdapters:
 
 
 def run_samples(
-    host: ModelHost, items: Sequence[tuple[dict, dict]], samplers: SamplerAdapters | None = None
+    host: ModelHost,
+    items: Sequence[tuple[dict, dict]],
+    samplers: SamplerAdapters | None = None,
+    vaults: Sequence[Vault | None] | None = None,
 ) -> list[Outcome]:
     """Sample requests (payload, plan) in as few batches as possible: one per adapter.
 
-    A bad request fails alone; the others in its batch still run.
+    ``vaults[i]`` opens the saved weights item ``i`` samples from, if they are sealed. A bad
+    request fails alone; the others in its batch still run.
     """
     samplers = samplers or SamplerAdapters(limit=1 << 30)
     outcomes: list[Outcome | None] = [None] * len(items)
     groups: dict[str | None, list[tuple[int, SampleJob]]] = {}
     for i, (payload, plan) in enumerate(items):
         try:
-            adapter = _sampler_adapter(host, plan, samplers)
+            adapter = _sampler_adapter(host, plan, samplers, vaults[i] if vaults else None)
             job = sample_job(payload)
             host.sampler.validate(job)
         except Exception as exc:
@@ -162,9 +213,11 @@ def run_samples(
     return [o if o is not None else Outcome(error="not run") for o in outcomes]
 
 
-def _sampler_adapter(host: ModelHost, plan: dict, samplers: SamplerAdapters) -> str | None:
+def _sampler_adapter(
+    host: ModelHost, plan: dict, samplers: SamplerAdapters, vault: Vault | None
+) -> str | None:
     """The adapter to sample with; saved sampler weights are loaded on first use."""
     adapter = plan.get("adapter")
     if adapter is not None and plan.get("storage_path"):
-        samplers.ensure(host, adapter, plan["storage_path"])
+        samplers.ensure(host, adapter, plan["storage_path"], plan.get("sealing"), vault)
     return adapter

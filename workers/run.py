@@ -1,4 +1,5 @@
-"""Start a GPU worker: ``python -m workers.run --name gpu0 --base-model NAME [--device cuda]``.
+"""Start a GPU worker: ``python -m workers.run --name gpu0 --base-model NAME [--device cuda]
+[--subnet subnet-… --security-group sg-…]``.
 
 One process per accelerator: a Celery worker with the solo pool on its own queue ``gpu.<name>``.
 """
@@ -21,6 +22,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--capacity", type=int, default=int(os.environ.get("LOOPWRIGHT_WORKER_CAPACITY", "16"))
     )
+    p.add_argument(
+        "--subnet",
+        action="append",
+        dest="subnets",
+        help="a VPC subnet this host reaches (repeatable; default: $LOOPWRIGHT_WORKER_SUBNETS, "
+        "comma-separated); none: the open network, for sessions without vpc_config",
+    )
+    p.add_argument(
+        "--security-group",
+        action="append",
+        dest="security_groups",
+        help="a security group this host offers (repeatable; default: "
+        "$LOOPWRIGHT_WORKER_SECURITY_GROUPS, comma-separated)",
+    )
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
     os.environ.update(
@@ -29,6 +44,14 @@ def main(argv: list[str] | None = None) -> None:
         LOOPWRIGHT_WORKER_DEVICE=args.device,
         LOOPWRIGHT_WORKER_DTYPE=args.dtype,
         LOOPWRIGHT_WORKER_CAPACITY=str(args.capacity),
+        LOOPWRIGHT_WORKER_SUBNETS=",".join(
+            args.subnets if args.subnets is not None else _listed("LOOPWRIGHT_WORKER_SUBNETS")
+        ),
+        LOOPWRIGHT_WORKER_SECURITY_GROUPS=",".join(
+            args.security_groups
+            if args.security_groups is not None
+            else _listed("LOOPWRIGHT_WORKER_SECURITY_GROUPS")
+        ),
     )
     from .celery_app import app
 
@@ -52,6 +75,11 @@ def main(argv: list[str] | None = None) -> None:
             args.loglevel,
         ]
     )
+
+
+def _listed(variable: str) -> list[str]:
+    """A comma-separated environment variable as a list."""
+    return [item.strip() for item in os.environ.get(variable, "").split(",") if item.strip()]
 
 
 if __name__ == "__main__":

@@ -13,15 +13,19 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
 from controlplane import dispatch
 from controlplane.fleet import services as fleet
-from controlplane.training_sessions.services import execution
+from controlplane.kms import providers as kms_providers
+from controlplane.kms.selectors import key_ref_by_arn
+from controlplane.training_sessions.services import execution, placement
 
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
+from .sealing import Vault
 
 log = logging.getLogger("loopwright.worker")
 
@@ -38,6 +42,9 @@ class WorkerSettings:
     dtype: str | None = None
     capacity: int = 16
     max_loaded_adapters: int = 16
+    scratch_dir: Path | None = None  # plaintext checkpoints in flight; system temp if None
+    subnet_ids: tuple[str, ...] = ()  # the VPC subnets it reaches; none: the open network
+    security_group_ids: tuple[str, ...] = ()
 
     @property
     def queue(self) -> str:
@@ -53,7 +60,16 @@ class WorkerSettings:
             dtype=env.get("LOOPWRIGHT_WORKER_DTYPE") or None,
             capacity=int(env.get("LOOPWRIGHT_WORKER_CAPACITY", "16")),
             max_loaded_adapters=int(env.get("LOOPWRIGHT_WORKER_MAX_LOADED", "16")),
+            scratch_dir=Path(env["LOOPWRIGHT_WORKER_SCRATCH_DIR"])
+            if env.get("LOOPWRIGHT_WORKER_SCRATCH_DIR")
+            else None,
+            subnet_ids=_listed(env.get("LOOPWRIGHT_WORKER_SUBNETS", "")),
+            security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
         )
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 class WorkerRuntime:
@@ -72,10 +88,13 @@ class WorkerRuntime:
         self.samplers = SamplerAdapters(
             limit=int(os.environ.get("LOOPWRIGHT_WORKER_SAMPLER_ADAPTERS", "8"))
         )
-        self.worker = self._register()
-        recovered = execution.recover_worker(worker=self.worker)
+        # One transaction: no model is placed here before what a previous process left is failed.
+        with transaction.atomic():
+            self.worker = self._register()
+            recovered = execution.recover_worker(worker=self.worker)
         if recovered:
             log.warning("failed %d operations left running by a previous process", recovered)
+        self._place_waiting()
         self._stop = threading.Event()
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
@@ -94,21 +113,31 @@ class WorkerRuntime:
             tokenizer_path=str(m.path),
             capacity=self.settings.capacity,
             device=self.settings.device,
+            subnet_ids=self.settings.subnet_ids,
+            security_group_ids=self.settings.security_group_ids,
         )
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
             try:
-                fleet.worker_heartbeat(name=self.settings.name)
-                if execution.has_waiting_work(worker=self.worker):
-                    # A lost nudge, or a seq gap to time out: look again.
-                    dispatch.celery_client().send_task(
-                        dispatch.DRAIN_TASK, queue=self.settings.queue
-                    )
+                self.beat()
             except Exception:  # a database hiccup must not kill the heartbeat
                 log.exception("heartbeat failed")
             finally:
                 close_old_connections()
+
+    def _place_waiting(self) -> None:
+        placed = placement.models_place_waiting(base_model=self.settings.base_model)
+        if placed:
+            log.info("placed %d models that waited for a worker", len(placed))
+
+    def beat(self) -> None:
+        """One heartbeat: alive; models waiting for a worker like this one are placed (room may
+        have freed); a lost nudge or a seq gap to time out gets another look."""
+        fleet.worker_heartbeat(name=self.settings.name)
+        self._place_waiting()
+        if execution.has_waiting_work(worker=self.worker):
+            dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -131,7 +160,10 @@ class WorkerRuntime:
             ]
             if claimed:
                 outcomes = run_samples(
-                    self.host, [(op.payload, op.plan) for op in claimed], self.samplers
+                    self.host,
+                    [(op.payload, op.plan) for op in claimed],
+                    self.samplers,
+                    [self.vault(op.tenant_id) for op in claimed],
                 )
                 for op, outcome in zip(claimed, outcomes, strict=True):
                     self._finish(op, outcome)
@@ -146,7 +178,11 @@ class WorkerRuntime:
     def _training(self, op) -> Outcome:
         started = time.perf_counter()
         try:
-            outcome = Outcome(result=run_training(self.host, op.kind, op.payload, op.plan))
+            outcome = Outcome(
+                result=run_training(
+                    self.host, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
+                )
+            )
         except Exception as exc:
             outcome = classify(exc)
             if outcome.category == "server":
@@ -159,6 +195,14 @@ class WorkerRuntime:
             1000 * (time.perf_counter() - started),
         )
         return outcome
+
+    def vault(self, tenant_id) -> Vault:
+        """Seals and opens checkpoints with the tenant's keys, as the database holds them now."""
+        return Vault(
+            lookup=lambda arn: key_ref_by_arn(tenant_id=tenant_id, arn=arn),
+            provider=kms_providers.provider,
+            scratch_root=self.settings.scratch_dir,
+        )
 
     @staticmethod
     def _finish(op, outcome: Outcome) -> None:

@@ -7,16 +7,24 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
-from controlplane.training_sessions.errors import SessionError
+from controlplane.errors import DomainError, Throttled
 
 
 def error_response(http_status: int, detail: str, code: str, field: str | None = None) -> Response:
     return Response({"detail": detail, "code": code, "field": field}, status=http_status)
 
 
+def field_path(loc) -> str:
+    """A pydantic location as people write it: ``vpc_config.subnets[2]``."""
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path
+
+
 def validation_response(exc: ValidationError) -> Response:
     first = exc.errors()[0]
-    field = ".".join(str(p) for p in first.get("loc", ())) or None
+    field = field_path(first.get("loc", ())) or None
     message = first.get("msg", "invalid")
     if first.get("type") == "extra_forbidden":
         message = "unknown field"
@@ -27,8 +35,11 @@ def validation_response(exc: ValidationError) -> Response:
 
 
 def exception_handler(exc, context):
-    if isinstance(exc, SessionError):
-        return error_response(exc.status, exc.detail, exc.code, exc.field)
+    if isinstance(exc, DomainError):
+        response = error_response(exc.status, exc.detail, exc.code, exc.field)
+        if isinstance(exc, Throttled):
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, ValidationError):
         return validation_response(exc)
     if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):

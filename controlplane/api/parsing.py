@@ -25,3 +25,43 @@ def tenant_of(request: Request):
 def public(result: dict | None) -> dict:
     """An operation's result without the worker's internal keys."""
     return {k: v for k, v in (result or {}).items() if not k.startswith("_")}
+
+
+def principal_of(request: Request):
+    return request.user
+
+
+def allow(request: Request, action: str, resource: str = "*", **context) -> None:
+    """Authorize the caller for ``action`` on ``resource`` (403 naming both), audited."""
+    from controlplane.iam.access import authorize
+
+    authorize(request.user, action, resource, request=request, context=context or None)
+
+
+def body_of(request: Request, allowed: set[str]) -> dict:
+    """The JSON object body; an unknown field is a 400 naming it."""
+    from controlplane.errors import DomainError
+
+    data = request.data
+    if not isinstance(data, dict):
+        raise ParseError("the request body must be a JSON object")
+    for name in data:
+        if name not in allowed:
+            raise DomainError(f"{name}: unknown field", field=name)
+    return data
+
+
+def text(body: dict, name: str, limit: int, *, required: bool = True, default: str = "") -> str:
+    """A string field of at most ``limit`` characters."""
+    from controlplane.errors import DomainError
+
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise DomainError(f"{name} is required", field=name)
+        return default
+    if not isinstance(value, str):
+        raise DomainError(f"{name}: must be a string", field=name)
+    if len(value) > limit:
+        raise DomainError(f"{name}: at most {limit} characters", field=name)
+    return value

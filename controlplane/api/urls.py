@@ -2,7 +2,19 @@
 
 from django.urls import path
 
-from .apis import futures, meta, models, sampling, sessions, training
+from .apis import (
+    audit,
+    auth,
+    futures,
+    iam_roles,
+    iam_users,
+    kms,
+    meta,
+    models,
+    sampling,
+    sessions,
+    training,
+)
 
 urlpatterns = [
     path("healthz", meta.healthz, name="healthz"),
@@ -33,4 +45,29 @@ urlpatterns = [
     path("asample", sampling.asample),
     path("samplers/<str:sampler_id>", sampling.sampler_detail),
     path("retrieve_future", futures.retrieve_future),
+    # accounts, IAM and audit
+    path("auth/signup", auth.signup),
+    path("auth/login", auth.login_view),
+    path("auth/logout", auth.logout_view),
+    path("auth/accept-invitation", auth.accept_invitation),
+    path("auth/whoami", auth.whoami),
+    path("iam/users", iam_users.users),
+    path("iam/users/<str:username>", iam_users.user),
+    path("iam/users/<str:username>/policies/<str:policy_name>", iam_users.user_policy),
+    path("iam/api-keys", iam_users.api_keys),
+    path("iam/api-keys/<str:prefix>/revoke", iam_users.api_key_revoke),
+    path("iam/roles", iam_roles.roles),
+    path("iam/roles/<str:name>", iam_roles.role),
+    path("iam/roles/<str:name>/trust-policy", iam_roles.role_trust_policy),
+    path("iam/roles/<str:name>/policies", iam_roles.role_policies),
+    path("iam/roles/<str:name>/policies/<str:policy_name>", iam_roles.role_policy),
+    path("audit/events", audit.events),
+    # KMS keys: <key_id> is the key's id, its URL-encoded ARN, or its alias (alias/...)
+    path("kms/keys", kms.keys),
+    path("kms/keys/<path:key_id>/disable", kms.key_disable),
+    path("kms/keys/<path:key_id>/enable", kms.key_enable),
+    path("kms/keys/<path:key_id>/schedule-deletion", kms.key_schedule_deletion),
+    path("kms/keys/<path:key_id>/cancel-deletion", kms.key_cancel_deletion),
+    path("kms/keys/<path:key_id>/rotate", kms.key_rotate),
+    path("kms/keys/<path:key_id>", kms.key),
 ]

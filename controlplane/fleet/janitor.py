@@ -1,4 +1,6 @@
-"""Periodic housekeeping: expire idle sessions (their models are unloaded) and old checkpoints."""
+"""Periodic housekeeping: expire idle sessions (their models are unloaded) and old checkpoints,
+delete KMS keys past their deletion date, place models that wait for a worker, prune the audit log
+and old failed logins."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ import threading
 
 from django.db import close_old_connections
 
+from controlplane.audit.services import audit_prune
+from controlplane.kms.services import keys_purge
+from controlplane.tenants.logins import login_failures_prune
+from controlplane.training_sessions.services.placement import models_place_waiting
 from controlplane.training_sessions.services.retention import checkpoints_expire
 from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
@@ -20,7 +26,23 @@ def sweep() -> dict:
     checkpoints = checkpoints_expire()
     if checkpoints:
         log.info("deleted %d expired checkpoints", len(checkpoints))
-    return {"expired_sessions": expired, "expired_checkpoints": checkpoints}
+    keys = keys_purge()
+    if keys:
+        log.info("deleted %d KMS keys past their deletion date: %s", len(keys), ", ".join(keys))
+    placed = models_place_waiting()  # after expiry, so expired sessions' models do not wait
+    if placed:
+        log.info("placed %d models that waited for a worker", len(placed))
+    pruned = audit_prune()
+    if pruned:
+        log.info("pruned %d audit events past retention", pruned)
+    login_failures_prune()
+    return {
+        "pruned_audit_events": pruned,
+        "expired_sessions": expired,
+        "expired_checkpoints": checkpoints,
+        "deleted_keys": keys,
+        "placed_models": placed,
+    }
 
 
 def run_forever(stop: threading.Event, every_seconds: float = 15.0) -> None:

@@ -1,4 +1,5 @@
-"""Workers register the base model they pin, with its tokenizer files, and heartbeat."""
+"""Workers register the base model they pin, with its tokenizer files, and the networks they reach;
+then they heartbeat."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ class Worker(models.Model):
     base_model = models.ForeignKey(BaseModel, on_delete=models.PROTECT, related_name="workers")
     capacity = models.PositiveIntegerField(help_text="training models it will hold at once")
     device = models.CharField(max_length=100, default="cpu")
+    # The networks it reaches; none: the open network (it serves only sessions without a VPC).
+    subnet_ids = models.JSONField(default=list, blank=True)
+    security_group_ids = models.JSONField(default=list, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     started_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField()

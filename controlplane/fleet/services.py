@@ -1,21 +1,104 @@
-"""Worker registration, heartbeats and placement of new models."""
+"""Worker registration (with the networks a worker reaches), heartbeats, and the choice of a
+worker for a model: its base model, the session's network, and free room."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
+
+from loopwright.types.vpc import SECURITY_GROUP_ID_PATTERN, SUBNET_ID_PATTERN
 
 from .models import BaseModel, Worker
 
 
 class NoWorkerAvailable(Exception):
-    def __init__(self, base_model: str, reason: str) -> None:
-        super().__init__(f"no worker can take a model of {base_model!r} right now: {reason}")
+    """No live worker can take the model now; ``cause`` says which test none passed."""
+
+    NO_WORKER, NETWORK, CAPACITY = "no_worker", "network", "capacity"
+
+    def __init__(self, base_model: str, reason: str, *, cause: str) -> None:
+        super().__init__(reason)
         self.base_model = base_model
+        self.reason = reason
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where a session's work may run: the open network (no subnets), or a worker that reaches
+    at least one of ``subnets`` and offers every one of ``security_group_ids``."""
+
+    subnets: tuple[str, ...] = ()
+    security_group_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, vpc_config: dict | None) -> Network:
+        vpc = vpc_config or {}
+        return cls(tuple(vpc.get("subnets") or ()), tuple(vpc.get("security_group_ids") or ()))
+
+    @property
+    def is_open(self) -> bool:
+        return not self.subnets
+
+    def reached_by(self, worker: Worker) -> bool:
+        if self.is_open:
+            return not worker.subnet_ids  # a VPC worker serves only sessions in its subnets
+        return not set(self.subnets).isdisjoint(worker.subnet_ids)
+
+    def admits(self, worker: Worker) -> bool:
+        return self.reached_by(worker) and set(self.security_group_ids) <= set(
+            worker.security_group_ids
+        )
+
+    def wanted(self) -> str:
+        if self.is_open:
+            return "an open-network worker"
+        groups = _joined(self.security_group_ids, "and")
+        return f"a worker that reaches {_joined(self.subnets, 'or')} with {groups}"
+
+    def mismatch(self, serving: Sequence[Worker]) -> str:
+        """Why none of ``serving`` (the live workers of the base model) will do."""
+        if self.is_open:
+            return "each serves only sessions in its VPC subnets"
+        reaching = sum(self.reached_by(w) for w in serving)
+        if not reaching:
+            return "none reaches these subnets"
+        reach = _n(reaching, "reaches", "reach")
+        return f"{reach} these subnets but none offers all these security groups"
+
+
+def _joined(items: Iterable[str], last: str) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {last} {items[-1]}"
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _network_ids(
+    subnet_ids: Sequence[str], security_group_ids: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """A worker's networks, each id checked as a session's is, repeats dropped."""
+    kinds = (
+        ("subnet", SUBNET_ID_PATTERN, subnet_ids),
+        ("security group", SECURITY_GROUP_ID_PATTERN, security_group_ids),
+    )
+    for what, pattern, ids in kinds:
+        bad = [value for value in ids if not pattern.fullmatch(value)]
+        if bad:
+            raise ValueError(f"not {what} ids ({pattern.pattern}): {', '.join(bad)}")
+    if security_group_ids and not subnet_ids:
+        raise ValueError(
+            "security groups need a subnet: a worker without one is on the open network"
+        )
+    return list(dict.fromkeys(subnet_ids)), list(dict.fromkeys(security_group_ids))
 
 
 @transaction.atomic
@@ -31,7 +114,11 @@ def worker_register(
     tokenizer_path: str,
     capacity: int,
     device: str,
+    subnet_ids: Sequence[str] = (),
+    security_group_ids: Sequence[str] = (),
 ) -> Worker:
+    """Record the worker and what it serves; ``subnet_ids`` empty: the open network."""
+    subnet_ids, security_group_ids = _network_ids(subnet_ids, security_group_ids)
     BaseModel.objects.update_or_create(
         name=base_model,
         defaults={
@@ -50,6 +137,8 @@ def worker_register(
             "base_model_id": base_model,
             "capacity": capacity,
             "device": device,
+            "subnet_ids": subnet_ids,
+            "security_group_ids": security_group_ids,
             "state": Worker.State.ACTIVE,
             "started_at": now,
             "last_heartbeat_at": now,
@@ -73,27 +162,48 @@ def live_workers():
     return Worker.objects.filter(state=Worker.State.ACTIVE, last_heartbeat_at__gte=cutoff)
 
 
-def worker_place(*, base_model: str) -> Worker:
-    """The live worker serving ``base_model`` with the most free room.
+def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
+    """The live worker serving ``base_model`` on ``network`` with the most free room.
 
-    Runs inside the caller's transaction; the worker row is locked so two placements cannot
-    both take its last slot.
+    Runs inside the caller's transaction; the worker rows are locked so two placements cannot
+    both take a last slot. Raises NoWorkerAvailable with the reason none will do.
     """
     from controlplane.training_sessions.models import TrainingModel
 
-    candidates = (
-        live_workers()
-        .filter(base_model_id=base_model)
-        .annotate(load=Count("models", filter=Q(models__state__in=TrainingModel.LIVE_STATES)))
-        .order_by("load", "name")
+    network = network or Network()
+    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    if not serving:
+        raise NoWorkerAvailable(
+            base_model,
+            f"waiting for a worker that serves {base_model}: none is live",
+            cause=NoWorkerAvailable.NO_WORKER,
+        )
+    wanted = network.wanted()
+    fitting = [w for w in serving if network.admits(w)]
+    if not fitting:
+        serve = _n(len(serving), "worker serves", "workers serve")
+        raise NoWorkerAvailable(
+            base_model,
+            f"waiting for {wanted}: {serve} {base_model}, {network.mismatch(serving)}",
+            cause=NoWorkerAvailable.NETWORK,
+        )
+    # Lock them all in one order (by id), so concurrent placements never wait on each other in
+    # a cycle; then the one with the most room wins.
+    locked = list(
+        Worker.objects.select_for_update().filter(pk__in=[w.pk for w in fitting]).order_by("pk")
     )
-    if not candidates.exists():
-        raise NoWorkerAvailable(base_model, "no live worker serves it")
-    for worker in candidates:
-        locked = Worker.objects.select_for_update().get(pk=worker.pk)
-        load = TrainingModel.objects.filter(
-            worker=locked, state__in=TrainingModel.LIVE_STATES
-        ).count()
-        if load < locked.capacity:
-            return locked
-    raise NoWorkerAvailable(base_model, "every worker serving it is full")
+    loads = dict(
+        TrainingModel.objects.filter(worker__in=locked, state__in=TrainingModel.LIVE_STATES)
+        .values_list("worker")
+        .annotate(n=Count("id"))
+    )
+    with_room = [w for w in locked if loads.get(w.pk, 0) < w.capacity]
+    if with_room:
+        return min(with_room, key=lambda w: (loads.get(w.pk, 0), w.name))
+    full = "it is full" if len(fitting) == 1 else "all are full"
+    raise NoWorkerAvailable(
+        base_model,
+        f"waiting for a free slot on {wanted}: {_n(len(fitting), 'serves', 'serve')} "
+        f"{base_model}, {full}",
+        cause=NoWorkerAvailable.CAPACITY,
+    )

@@ -1,26 +1,19 @@
-"""DRF authentication by API key: ``X-API-Key`` (tinker) or ``Authorization: Bearer`` (openai)."""
+"""DRF authentication: an API key (``X-API-Key`` as tinker sends it, or ``Authorization: Bearer``
+as openai does) or the dashboard's login session; either way the request's user is a Principal."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rest_framework import authentication, exceptions
 
-from .models import ApiKey, Tenant
+from controlplane.iam.principals import Principal, for_api_key, for_membership
+
+from .models import Membership
 from .selectors import api_key_for
 from .services import api_key_touch
 
+TENANT_HEADER = "X-Loopwright-Account"  # which of a logged-in user's tenants a call is for
 
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: for now an API key of a tenant."""
-
-    tenant: Tenant
-    api_key: ApiKey
-
-    @property
-    def is_authenticated(self) -> bool:
-        return True
+__all__ = ["ApiKeyAuthentication", "LoginSessionAuthentication", "Principal"]
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -33,10 +26,29 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not raw:
             return None
         key = api_key_for(raw)
-        if key is None:
+        principal = for_api_key(key) if key is not None else None
+        if principal is None:
             raise exceptions.AuthenticationFailed("invalid, revoked or expired API key")
         api_key_touch(key=key)
-        return Principal(tenant=key.tenant, api_key=key), key
+        return principal, key
 
     def authenticate_header(self, request) -> str:
         return "X-API-Key"
+
+
+class LoginSessionAuthentication(authentication.SessionAuthentication):
+    """A logged-in dashboard user, in the tenant the header names (else their first one)."""
+
+    def authenticate(self, request):
+        found = super().authenticate(request)  # enforces CSRF for unsafe methods
+        if found is None:
+            return None
+        user = found[0]
+        memberships = Membership.objects.select_related("tenant", "user").filter(user=user)
+        account = request.headers.get(TENANT_HEADER)
+        if account:
+            memberships = memberships.filter(tenant__account_id=account)
+        membership = memberships.order_by("created_at").first()
+        if membership is None:
+            raise exceptions.AuthenticationFailed("not a member of that account")
+        return for_membership(membership), None

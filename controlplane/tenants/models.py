@@ -1,25 +1,84 @@
-"""A tenant is an organisation; API keys authenticate its scripts. Keys are stored only as HMACs."""
+"""A tenant is an organisation with a 12-digit account id; people join it through memberships and
+scripts authenticate with API keys that belong to a user or an IAM role (stored only as HMACs)."""
 
 from __future__ import annotations
 
+import secrets
 import uuid
 
+from django.conf import settings
 from django.db import models
+
+
+def new_account_id() -> str:
+    return f"{secrets.randbelow(9 * 10**11) + 10**11}"  # 12 digits, no leading zero
 
 
 class Tenant(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    account_id = models.CharField(max_length=12, unique=True, default=new_account_id)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
-        return self.name
+        return f"{self.name} ({self.account_id})"
+
+
+class Membership(models.Model):
+    """A user's place in a tenant; the role grants a built-in policy (see ``iam.builtin``)."""
+
+    class Role(models.TextChoices):
+        OWNER = "owner"
+        ADMIN = "admin"
+        MEMBER = "member"
+        BILLING_VIEWER = "billing_viewer"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="one_membership_per_tenant")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user.get_username()} in {self.tenant.name} as {self.role}"
+
+
+class Invitation(models.Model):
+    """An invitation to join a tenant; the token is shown once and stored as an HMAC."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=20, choices=Membership.Role.choices)
+    digest = models.CharField(max_length=64, unique=True)
+    invited_by = models.CharField(max_length=400)  # the inviter's ARN
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
 
 
 class ApiKey(models.Model):
-    """``tml-<prefix>.<secret>``: the prefix is shown and indexed, the whole key is HMAC'd."""
+    """``tml-<prefix>.<secret>``: the prefix is shown and indexed, the whole key is HMAC'd.
+
+    A key acts as exactly one principal: a member of the tenant, or one of its IAM roles.
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="api_keys",
+    )
+    role = models.ForeignKey(
+        "iam.Role", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
+    )
     name = models.CharField(max_length=200)
     prefix = models.CharField(max_length=32, unique=True)
     digest = models.CharField(max_length=64)
@@ -28,5 +87,22 @@ class ApiKey(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=False, role__isnull=True)
+                | models.Q(user__isnull=True, role__isnull=False),
+                name="api_key_has_one_principal",
+            )
+        ]
+
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.name})"
+
+
+class LoginFailure(models.Model):
+    """A failed password login; recent ones throttle further attempts for that email or IP."""
+
+    email = models.CharField(max_length=254, db_index=True)
+    source_ip = models.GenericIPAddressField(null=True)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -1,13 +1,15 @@
-"""Reads for tenants and API keys."""
+"""Reads for tenants, members and API keys, always within one tenant."""
 
 from __future__ import annotations
 
 import hmac
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from .models import ApiKey
+from controlplane.errors import NotFound
+
+from .models import ApiKey, Membership, Tenant
 from .services import key_digest, split_key
 
 
@@ -18,7 +20,7 @@ def api_key_for(raw: str) -> ApiKey | None:
         return None
     now = timezone.now()
     key = (
-        ApiKey.objects.select_related("tenant")
+        ApiKey.objects.select_related("tenant", "role", "role__tenant")
         .filter(prefix=prefix, revoked_at__isnull=True)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .first()
@@ -26,3 +28,29 @@ def api_key_for(raw: str) -> ApiKey | None:
     if key is None or not hmac.compare_digest(key.digest, key_digest(raw)):
         return None
     return key
+
+
+def memberships(*, tenant: Tenant) -> QuerySet[Membership]:
+    return Membership.objects.filter(tenant=tenant).select_related("user").order_by("created_at")
+
+
+def membership_get(*, tenant: Tenant, username: str) -> Membership:
+    found = memberships(tenant=tenant).filter(user__username=username.lower()).first()
+    if found is None:
+        raise NotFound(f"no user {username!r}", field="username")
+    return found
+
+
+def api_keys(*, tenant: Tenant) -> QuerySet[ApiKey]:
+    return (
+        ApiKey.objects.filter(tenant=tenant)
+        .select_related("user", "role", "role__tenant")
+        .order_by("-created_at")
+    )
+
+
+def api_key_get(*, tenant: Tenant, prefix: str) -> ApiKey:
+    found = api_keys(tenant=tenant).filter(prefix=prefix).first()
+    if found is None:
+        raise NotFound(f"no API key {prefix!r}", field="prefix")
+    return found

@@ -1,18 +1,26 @@
-"""Writes for tenants and API keys."""
+"""Writes for tenants, their members, invitations and API keys. Every write names its actor."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .models import ApiKey, Tenant
+from controlplane.errors import Conflict, DomainError, NotFound
+
+from .models import ApiKey, Invitation, Membership, Tenant
 
 KEY_PREFIX = "tml-"  # the official tinker SDK only accepts keys that start with it
+MAX_KEY_DAYS = 3650
 
 
 def key_digest(raw: str) -> str:
@@ -26,17 +34,176 @@ def split_key(raw: str) -> str | None:
     return raw.split(".", 1)[0]
 
 
+def _clean_email(email: str, field: str = "email") -> str:
+    email = (email or "").strip().lower()
+    try:
+        validate_email(email)
+    except ValidationError:
+        raise DomainError(f"{field}: not a valid email address", field=field) from None
+    return email
+
+
+def _check_password(password: str, user=None) -> None:
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise DomainError("password: " + " ".join(exc.messages), field="password") from None
+
+
+def _clean_name(name: str, field: str, limit: int = 200) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise DomainError(f"{field} is required", field=field)
+    if len(name) > limit:
+        raise DomainError(f"{field}: at most {limit} characters", field=field)
+    return name
+
+
 @transaction.atomic
 def tenant_create(*, name: str) -> Tenant:
-    return Tenant.objects.create(name=name)
+    return Tenant.objects.create(name=_clean_name(name, "tenant_name"))
 
 
-def api_key_create(*, tenant: Tenant, name: str) -> tuple[ApiKey, str]:
+def user_create(*, email: str, password: str | None):
+    """A login for ``email``; None as password makes one that cannot log in (scripts only)."""
+    User = get_user_model()
+    email = _clean_email(email)
+    if User.objects.filter(username=email).exists():
+        raise Conflict(f"email: {email} already has an account", field="email")
+    user = User(username=email, email=email)
+    if password is None:
+        user.set_unusable_password()
+    else:
+        _check_password(password, user)
+        user.set_password(password)
+    user.save()
+    return user
+
+
+@transaction.atomic
+def signup(*, email: str, password: str | None, tenant_name: str) -> Membership:
+    """A new tenant and its owner."""
+    tenant = tenant_create(name=tenant_name)
+    user = user_create(email=email, password=password)
+    return Membership.objects.create(tenant=tenant, user=user, role=Membership.Role.OWNER)
+
+
+def membership_add(*, tenant: Tenant, user, role: str) -> Membership:
+    if role not in Membership.Role.values:
+        raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+    try:
+        with transaction.atomic():
+            return Membership.objects.create(tenant=tenant, user=user, role=role)
+    except IntegrityError:
+        raise Conflict(f"{user.get_username()} is already a member", field="email") from None
+
+
+@transaction.atomic
+def membership_set_role(*, membership: Membership, role: str) -> Membership:
+    if role not in Membership.Role.values:
+        raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+    if membership.role == Membership.Role.OWNER and role != Membership.Role.OWNER:
+        _keep_an_owner(membership)
+    membership.role = role
+    membership.save(update_fields=["role"])
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, membership: Membership) -> None:
+    if membership.role == Membership.Role.OWNER:
+        _keep_an_owner(membership)
+    ApiKey.objects.filter(tenant=membership.tenant, user=membership.user).update(
+        revoked_at=timezone.now()
+    )
+    membership.delete()
+
+
+def _keep_an_owner(membership: Membership) -> None:
+    owners = Membership.objects.select_for_update().filter(
+        tenant=membership.tenant, role=Membership.Role.OWNER
+    )
+    if owners.count() <= 1:
+        raise Conflict("a tenant keeps at least one owner", field="role")
+
+
+def invitation_create(
+    *, tenant: Tenant, email: str, role: str, actor: str
+) -> tuple[Invitation, str]:
+    """The invitation and its token (shown once)."""
+    if role not in Membership.Role.values:
+        raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+    email = _clean_email(email)
+    token = "inv-" + secrets.token_urlsafe(24)
+    invitation = Invitation.objects.create(
+        tenant=tenant,
+        email=email,
+        role=role,
+        digest=key_digest(token),
+        invited_by=actor,
+        expires_at=timezone.now() + timedelta(days=settings.INVITATION_TTL_DAYS),
+    )
+    return invitation, token
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, password: str | None = None, user=None) -> Membership:
+    """Join with a new account (``password``) or an existing logged-in ``user``."""
+    invitation = (
+        Invitation.objects.select_for_update()
+        .filter(digest=key_digest(token or ""), accepted_at__isnull=True)
+        .first()
+    )
+    if invitation is None or invitation.expires_at <= timezone.now():
+        raise NotFound("token: no such invitation, or it has expired or been used", field="token")
+    if user is None:
+        user = user_create(email=invitation.email, password=password)
+    elif user.email.lower() != invitation.email:
+        raise DomainError("token: this invitation is for another email address", field="token")
+    membership = membership_add(tenant=invitation.tenant, user=user, role=invitation.role)
+    invitation.accepted_at = timezone.now()
+    invitation.save(update_fields=["accepted_at"])
+    return membership
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    user=None,
+    role=None,
+    expires_in_days: int | None = None,
+) -> tuple[ApiKey, str]:
     """Returns the key row and the raw key, which is shown once and never stored."""
+    if (user is None) == (role is None):
+        raise ValueError("an API key belongs to exactly one user or role")
+    name = _clean_name(name, "name")
+    expires_at = None
+    if expires_in_days is not None:
+        if not 1 <= expires_in_days <= MAX_KEY_DAYS:
+            raise DomainError(
+                f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days"
+            )
+        expires_at = timezone.now() + timedelta(days=expires_in_days)
     prefix = KEY_PREFIX + secrets.token_hex(6)
     raw = f"{prefix}.{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(tenant=tenant, name=name, prefix=prefix, digest=key_digest(raw))
+    key = ApiKey.objects.create(
+        tenant=tenant,
+        user=user,
+        role=role,
+        name=name,
+        prefix=prefix,
+        digest=key_digest(raw),
+        expires_at=expires_at,
+    )
     return key, raw
+
+
+def api_key_revoke(*, key: ApiKey) -> ApiKey:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
 
 
 def api_key_touch(*, key: ApiKey) -> None:

@@ -2,41 +2,25 @@
 
 from __future__ import annotations
 
+from controlplane.errors import Conflict, DomainError, NotFound
 
-class SessionError(Exception):
-    status = 400
-    code = "invalid_request"
+SessionError = DomainError  # every domain error refuses a training request the same way
 
-    def __init__(self, detail: str, *, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.field = field
+__all__ = ["Conflict", "Gone", "NotActive", "NotFound", "SessionError", "Unavailable"]
 
 
-class NotFound(SessionError):
-    """Missing, or another tenant's: the answer is the same."""
-
-    status = 404
-    code = "not_found"
-
-
-class Conflict(SessionError):
-    status = 409
-    code = "conflict"
-
-
-class NotActive(SessionError):
+class NotActive(DomainError):
     """The session (or model) is in a state that takes no more operations."""
 
     status = 409
     code = "session_not_active"
 
 
-class Gone(SessionError):
+class Gone(DomainError):
     status = 410
     code = "session_finished"
 
 
-class Unavailable(SessionError):
+class Unavailable(DomainError):
     status = 503
     code = "no_capacity"

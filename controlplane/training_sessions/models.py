@@ -64,7 +64,19 @@ class TrainingModel(models.Model):
         UNLOADED = "unloaded"
         FAILED = "failed"
 
+    class Placement(models.TextChoices):
+        PLACED = "placed"
+        WAITING_FOR_WORKER = "waiting_for_worker"  # no live worker serves its base model
+        WAITING_FOR_CAPACITY = "waiting_for_capacity"  # every worker that could take it is full
+        WAITING_FOR_NETWORK = "waiting_for_network"  # none matches the session's network
+        NEVER_PLACED = "never_placed"  # it ended while waiting
+
     LIVE_STATES = (State.CREATING, State.READY, State.UNLOADING)
+    WAITING = (
+        Placement.WAITING_FOR_WORKER,
+        Placement.WAITING_FOR_CAPACITY,
+        Placement.WAITING_FOR_NETWORK,
+    )
 
     id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="training_models")
@@ -73,7 +85,13 @@ class TrainingModel(models.Model):
     base_model = models.CharField(max_length=200)
     lora = models.JSONField()  # rank, alpha, seed, train_attn, train_mlp, train_unembed
     user_metadata = models.JSONField(null=True, blank=True)
-    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="models")
+    # None while it waits for a worker; its operations queue up until one takes it.
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.PROTECT, related_name="models"
+    )
+    placement = models.CharField(max_length=32, choices=Placement.choices, default=Placement.PLACED)
+    status_reason = models.TextField(blank=True)  # why it waits, for people
+    placed_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
     next_seq = models.IntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -85,6 +103,7 @@ class TrainingModel(models.Model):
                 fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"
             ),
         ]
+        indexes = [models.Index(fields=["placement", "created_at"], name="model_placement_idx")]
 
     def save(self, *args, **kwargs) -> None:
         if not self.id:
@@ -153,7 +172,10 @@ class Operation(models.Model):
     sampling_session = models.ForeignKey(
         SamplingSession, null=True, blank=True, on_delete=models.CASCADE, related_name="operations"
     )
-    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="operations")
+    # None while its model waits for a worker
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.PROTECT, related_name="operations"
+    )
     seq_id = models.IntegerField(null=True, blank=True)
     kind = models.CharField(max_length=32, choices=Kind.choices)
     payload = models.JSONField()  # the request body as validated
@@ -206,7 +228,8 @@ class Checkpoint(models.Model):
     tinker_path = models.CharField(max_length=500, unique=True)
     storage_path = models.CharField(max_length=1000)
     merged_path = models.CharField(max_length=1000, blank=True)
-    size_bytes = models.BigIntegerField(null=True)
+    size_bytes = models.BigIntegerField(null=True)  # of the files as saved, before sealing
+    kms_key_arn = models.CharField(max_length=200, blank=True)  # the key that sealed the files
     lora = models.JSONField()
     base_model = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)

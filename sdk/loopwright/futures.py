@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -18,6 +19,8 @@ from pydantic import ValidationError
 from ._http import POLL_TIMEOUT, HTTPClient
 from .errors import APIResponseValidationError, LoopwrightError, RequestFailedError
 from .types import UntypedAPIFuture
+
+logger = logging.getLogger("loopwright")
 
 __all__ = ["APIFuture", "CombinedAPIFuture", "poll_future", "send_request"]
 
@@ -134,6 +137,15 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> str:
     return handle.request_id
 
 
+def _queue_reason(response: Any) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    reason = body.get("queue_state_reason") if isinstance(body, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], T]) -> T:
     """Long-poll retrieve_future until the operation is done; raise RequestFailedError if it failed.
 
@@ -141,6 +153,7 @@ async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], 
     ~30 s, and a pending answer that comes back at once is followed by a short, growing pause.
     """
     pause = POLL_BACKOFF_START
+    told = None
     while True:
         started = time.monotonic()
         response = await http.arequest(
@@ -155,6 +168,10 @@ async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], 
         if response.status_code == 408 or (
             isinstance(data, dict) and data.get("type") == "try_again"
         ):
+            reason = _queue_reason(response)
+            if reason and reason != told:  # e.g. its model waits for a worker, and why
+                logger.warning("request %s is held: %s", request_id, reason)
+                told = reason
             if time.monotonic() - started < 1.0:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, POLL_BACKOFF_MAX)

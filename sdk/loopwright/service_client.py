@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import threading
 from types import TracebackType
 from typing import Any
@@ -32,6 +33,7 @@ from .types import (
     ListSessionInfosResponse,
     LoraConfig,
     SessionInfo,
+    VpcConfig,
     WeightsInfoResponse,
 )
 
@@ -49,8 +51,8 @@ def _sdk_version() -> str:
 class ServiceClient:
     """Talks to one Loopwright server with one API key. Use ``with`` so sessions stop on exit.
 
-    The API key and server come from the arguments or ``LOOPWRIGHT_API_KEY`` /
-    ``LOOPWRIGHT_BASE_URL``. Nothing is sent until the first call.
+    The API key, server and session role come from the arguments or ``LOOPWRIGHT_API_KEY`` /
+    ``LOOPWRIGHT_BASE_URL`` / ``LOOPWRIGHT_ROLE_ARN``. Nothing is sent until the first call.
     """
 
     def __init__(
@@ -62,7 +64,7 @@ class ServiceClient:
         model_package_group_arn: str | None = None,
         s3_output_path: str | None = None,
         kms_key_arn: str | None = None,
-        vpc_config: dict[str, Any] | None = None,
+        vpc_config: VpcConfig | dict[str, Any] | None = None,
         region: str | None = None,
         user_metadata: dict[str, Any] | None = None,
         tags: list[str] | None = None,
@@ -72,6 +74,8 @@ class ServiceClient:
         heartbeat_interval: float = 10.0,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # checked first, so a bad one fails before anything starts or is sent
+        vpc = VpcConfig.model_validate(vpc_config) if vpc_config is not None else None
         http = HTTPClient(
             base_url,
             api_key,
@@ -84,11 +88,11 @@ class ServiceClient:
         self.region = region
         """Accepted for the published examples; a Loopwright server serves one region."""
         self._settings: dict[str, Any] = {
-            "role_arn": role_arn,
+            "role_arn": role_arn or os.environ.get("LOOPWRIGHT_ROLE_ARN") or None,
             "model_package_group_arn": model_package_group_arn,
             "s3_output_path": s3_output_path,
             "kms_key_arn": kms_key_arn,
-            "vpc_config": vpc_config,
+            "vpc_config": vpc,
         }
         self._user_metadata = user_metadata
         self._tags = list(tags or [])
@@ -184,7 +188,7 @@ class ServiceClient:
         model_package_group_arn: str | None = None,
         s3_output_path: str | None = None,
         kms_key_arn: str | None = None,
-        vpc_config: dict[str, Any] | None = None,
+        vpc_config: VpcConfig | dict[str, Any] | None = None,
         user_metadata: dict[str, Any] | None = None,
     ) -> TrainingClient:
         """Open a session and create a fresh LoRA adapter on ``base_model`` in it.

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
-from controlplane.tenants.services import api_key_create, tenant_create
+from controlplane.iam.provisioning import account_create
+from controlplane.tenants.models import Membership
+from controlplane.tenants.services import api_key_create, membership_add, user_create
 from workers.engine.catalog import TINY_MODEL, ModelCatalog
 from workers.engine.host import HostConfig, ModelHost
 
@@ -28,6 +30,8 @@ class Person:
     name: str
     client: APIClient
     tenant: object
+    role_arn: str  # the tenant's session role
+    key: str
 
     def post(self, path: str, body: dict | None = None, **kw):
         return self.client.post(f"/api/v1/{path}", body or {}, format="json", **kw)
@@ -36,17 +40,34 @@ class Person:
         return self.client.get(f"/api/v1/{path}", params, **kw)
 
 
-def _person(name: str, tenant) -> Person:
-    _, raw = api_key_create(tenant=tenant, name=name)
+def _client(raw: str) -> APIClient:
     client = APIClient()
     client.credentials(HTTP_X_API_KEY=raw)
-    return Person(name, client, tenant)
+    return client
+
+
+def owner(name: str, tenant_name: str) -> Person:
+    """The owner of a new tenant, with the tenant's session role and an API key."""
+    account = account_create(
+        email=f"{name}@example.com", password=None, tenant_name=tenant_name, key_name=name
+    )
+    tenant = account.membership.tenant
+    return Person(name, _client(account.api_key), tenant, account.session_role.arn, account.api_key)
+
+
+def member(name: str, of: Person, role: str = Membership.Role.MEMBER) -> Person:
+    """Someone who joins ``of``'s tenant with a membership ``role``."""
+    user = user_create(email=f"{name}@example.com", password=None)
+    membership_add(tenant=of.tenant, user=user, role=role)
+    _, raw = api_key_create(tenant=of.tenant, user=user, name=name)
+    return Person(name, _client(raw), of.tenant, of.role_arn, raw)
 
 
 @pytest.fixture
 def people(db):
-    acme, other = tenant_create(name="acme"), tenant_create(name="other")
-    return _person("alice", acme), _person("bob", acme), _person("charlie", other)
+    """alice owns acme, bob is a member of acme, charlie owns another tenant."""
+    alice = owner("alice", "acme")
+    return alice, member("bob", alice), owner("charlie", "other")
 
 
 @pytest.fixture

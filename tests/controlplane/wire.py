@@ -27,7 +27,9 @@ def fwdbwd(model_id: str, seq_id: int, data: list[dict], loss_fn: str = "cross_e
 
 
 def open_session(person) -> str:
-    r = person.post("create_session", {"tags": ["t"], "sdk_version": "test"})
+    r = person.post(
+        "create_session", {"tags": ["t"], "sdk_version": "test", "role_arn": person.role_arn}
+    )
     assert r.status_code == 200, r.content
     return r.json()["session_id"]
 

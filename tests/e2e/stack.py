@@ -4,6 +4,7 @@ filesystem broker)."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -27,16 +28,22 @@ def free_port() -> int:
 
 
 class Stack:
-    def __init__(self, backend: str, data_dir: Path) -> None:
+    def __init__(
+        self, backend: str, data_dir: Path, workers: dict[str, list[str]] | None = None
+    ) -> None:
         self.backend = backend
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.worker_name = f"e2e-{secrets.token_hex(4)}"
+        # worker name -> its extra ``workers.run`` flags; by default one on the open network
+        self.workers = workers or {self.worker_name: []}
         self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
         self.procs: list[subprocess.Popen] = []
         self.log_files: list = []
         self.keys: dict[str, str] = {}
+        self.roles: dict[str, str] = {}  # each tenant's session role ARN
+        self.accounts: dict[str, str] = {}
         self.env = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -60,7 +67,9 @@ class Stack:
             self._admin(f'CREATE DATABASE "{self.db_name}"')
         self._manage("migrate", "--verbosity", "0")
         for who in ("alice", "charlie"):
-            self.keys[who] = self._manage("create_tenant", "--name", who).strip()
+            account = json.loads(self._manage("create_tenant", "--name", who, "--json"))
+            self.keys[who], self.roles[who] = account["api_key"], account["session_role_arn"]
+            self.accounts[who] = account["account_id"]
         self._spawn(
             "http",
             [
@@ -78,20 +87,22 @@ class Stack:
                 "120",
             ],
         )
-        self._spawn(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "workers.run",
-                "--name",
-                self.worker_name,
-                "--base-model",
-                TINY,
-                "--loglevel",
-                "WARNING",
-            ],
-        )
+        for log_name, (name, flags) in zip(self._worker_logs(), self.workers.items(), strict=True):
+            self._spawn(
+                log_name,
+                [
+                    sys.executable,
+                    "-m",
+                    "workers.run",
+                    "--name",
+                    name,
+                    "--base-model",
+                    TINY,
+                    *flags,
+                    "--loglevel",
+                    "WARNING",
+                ],
+            )
         self._wait_ready()
         return self
 
@@ -118,6 +129,12 @@ class Stack:
 
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(sql)
+
+    def role_key(self, who: str) -> str:
+        """An API key that acts as ``who``'s session role (what the official tinker SDK uses)."""
+        return self._manage(
+            "create_api_key", "--account", self.accounts[who], "--role", "LoopwrightSessionRole"
+        ).strip()
 
     def _manage(self, *args: str) -> str:
         out = subprocess.run(
@@ -158,9 +175,12 @@ class Stack:
             time.sleep(0.3)
         raise RuntimeError(f"stack did not come up: {self.logs()}")
 
+    def _worker_logs(self) -> list[str]:
+        return ["worker", *(f"worker-{name}" for name in list(self.workers)[1:])]
+
     def logs(self) -> str:
         parts = []
-        for name in ("http", "worker"):
+        for name in ("http", *self._worker_logs()):
             path = self.data_dir / f"{name}.log"
             if path.exists():
                 parts.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-4000:])

@@ -49,7 +49,7 @@ def test_grpo_loop_of_the_example_raises_reward(pg_stack) -> None:
     svc = ServiceClient(
         base_url=pg_stack.url,
         api_key=pg_stack.keys["alice"],
-        role_arn="arn:loopwright:iam::acme:role/rl",
+        role_arn=pg_stack.roles["alice"],
     )
     with svc:
         training_client = svc.create_lora_training_client(
@@ -89,7 +89,9 @@ def test_grpo_loop_of_the_example_raises_reward(pg_stack) -> None:
         training_client.save_state().result()
     print("mean reward per step", mean_rewards)
     assert np.mean(mean_rewards[-3:]) > np.mean(mean_rewards[:3]) + 0.1, mean_rewards
-    with ServiceClient(base_url=pg_stack.url, api_key=pg_stack.keys["alice"]) as other:
+    with ServiceClient(
+        base_url=pg_stack.url, api_key=pg_stack.keys["alice"], role_arn=pg_stack.roles["alice"]
+    ) as other:
         assert other.get_session(training_client.session_id).state in ("stopping", "stopped")
 
 
@@ -117,7 +119,9 @@ def sft_datums(tokenizer) -> list[Datum]:
 
 
 def test_sft_loop_then_resume_in_a_new_session_with_optimizer(pg_stack) -> None:
-    with ServiceClient(base_url=pg_stack.url, api_key=pg_stack.keys["alice"]) as svc:
+    with ServiceClient(
+        base_url=pg_stack.url, api_key=pg_stack.keys["alice"], role_arn=pg_stack.roles["alice"]
+    ) as svc:
         tc = svc.create_lora_training_client(TINY, rank=8, seed=1)
         data = sft_datums(tc.get_tokenizer())
         losses = []
@@ -136,7 +140,9 @@ def test_sft_loop_then_resume_in_a_new_session_with_optimizer(pg_stack) -> None:
             )
             tc.optim_step(adam).result()
 
-    with ServiceClient(base_url=pg_stack.url, api_key=pg_stack.keys["alice"]) as svc2:
+    with ServiceClient(
+        base_url=pg_stack.url, api_key=pg_stack.keys["alice"], role_arn=pg_stack.roles["alice"]
+    ) as svc2:
         resumed = svc2.create_training_client_from_state_with_optimizer(path)
         again = []
         for _ in range(2):
@@ -148,14 +154,22 @@ def test_sft_loop_then_resume_in_a_new_session_with_optimizer(pg_stack) -> None:
 
         # another tenant cannot see or load any of it
         with (
-            ServiceClient(base_url=pg_stack.url, api_key=pg_stack.keys["charlie"]) as charlie,
+            ServiceClient(
+                base_url=pg_stack.url,
+                api_key=pg_stack.keys["charlie"],
+                role_arn=pg_stack.roles["charlie"],
+            ) as charlie,
             pytest.raises(NotFoundError),
         ):
             charlie.create_training_client_from_state(path)
 
 
 def test_embedded_default_smoke(embedded_stack) -> None:
-    with ServiceClient(base_url=embedded_stack.url, api_key=embedded_stack.keys["alice"]) as svc:
+    with ServiceClient(
+        base_url=embedded_stack.url,
+        api_key=embedded_stack.keys["alice"],
+        role_arn=embedded_stack.roles["alice"],
+    ) as svc:
         assert [m.name for m in svc.list_base_models()] == [TINY]
         tc = svc.create_lora_training_client(TINY, rank=4, seed=0)
         data = sft_datums(tc.get_tokenizer())

@@ -27,7 +27,8 @@ def test_official_tinker_sdk_trains_samples_and_saves(pg_stack, monkeypatch) -> 
     tinker = pytest.importorskip("tinker")
     from tinker import types
 
-    monkeypatch.setenv("TINKER_API_KEY", pg_stack.keys["alice"])
+    # the official SDK sends no role: a key of the session role starts sessions as that role
+    monkeypatch.setenv("TINKER_API_KEY", pg_stack.role_key("alice"))
     service = tinker.ServiceClient(base_url=pg_stack.url)
     caps = service.get_server_capabilities()
     assert TINY in [m.model_name for m in caps.supported_models]

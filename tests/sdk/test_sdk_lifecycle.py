@@ -12,6 +12,7 @@ import loopwright
 from loopwright import ServiceClient
 from loopwright.types import AdamParams, Datum, ModelInput
 
+VPC = {"subnets": ["subnet-0a1b2c3d"], "security_group_ids": ["sg-0a1b2c3d"]}
 DATUM = Datum(
     model_input=ModelInput.from_ints([1, 2, 3]),
     loss_fn_inputs={"target_tokens": [2, 3, 4], "weights": [1.0, 1.0, 1.0]},
@@ -39,7 +40,7 @@ def test_each_training_client_has_its_own_session(server: FakeServer) -> None:
     with client_for(server, role_arn="arn:r", kms_key_arn="arn:k", tags=["t"]) as service:
         first = service.create_lora_training_client(BASE_MODEL, training_session_name="one")
         second = service.create_lora_training_client(
-            BASE_MODEL, role_arn="arn:other", vpc_config={"subnets": ["s1"]}, user_metadata={"a": 1}
+            BASE_MODEL, role_arn="arn:other", vpc_config=VPC, user_metadata={"a": 1}
         )
         assert first.session_id != second.session_id
         first.stop()
@@ -56,7 +57,7 @@ def test_each_training_client_has_its_own_session(server: FakeServer) -> None:
     assert (two["role_arn"], two["kms_key_arn"], two["vpc_config"]) == (
         "arn:other",
         "arn:k",
-        {"subnets": ["s1"]},
+        VPC,
     )
     assert two["state"] == "stopped"  # closing the service client stopped it
     create_model = server.calls("create_model")[1]

@@ -42,6 +42,8 @@ SESSION_INFO = {
     "sampling_session_ids": ["s1"],
     "tags": ["t"],
     "user_metadata": {"a": 1},
+    "placement": "waiting_for_network",
+    "status_reason": "waiting for a worker that reaches subnet-0a1b2c3d with sg-0a1b2c3d: ...",
 }
 FB_INPUT = {"data": [DATUM], "loss_fn": "ppo", "loss_fn_config": {"clip_low_threshold": 0.8}}
 
@@ -166,6 +168,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "SessionInfo": SESSION_INFO,
     "ListSessionInfosResponse": {"sessions": [SESSION_INFO]},
     "ErrorBody": {"detail": "rank must be positive", "code": "invalid", "field": "rank"},
+    "VpcConfig": {"subnets": ["subnet-0a1b2c3d"], "security_group_ids": ["sg-0a1b2c3d"]},
 }
 
 MODELS: dict[str, type[BaseModel]] = {

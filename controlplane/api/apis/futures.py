@@ -9,23 +9,29 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.iam.resources import session_arn
 from controlplane.training_sessions import notify, selectors
 from controlplane.training_sessions.models import Operation
 from loopwright.types import FutureRetrieveRequest
 
-from ..parsing import parse, public, tenant_of
+from ..parsing import allow, parse, public, tenant_of
 
 
 @api_view(["POST"])
 def retrieve_future(request: Request) -> Response:
     req = parse(request, FutureRetrieveRequest)
     op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
+    allow(request, "sessions:RetrieveFuture", session_arn(tenant_of(request), op.session_id))
     op = _wait_notified(op) if notify.available() else _wait_polling(op)
     if op.status == Operation.Status.DONE:
         return Response(public(op.result))
     if op.status == Operation.Status.FAILED:
         return Response({"error": op.error, "category": op.error_category or "server"})
-    return Response({"type": "try_again", "request_id": op.id, "queue_state": "active"}, status=408)
+    state, reason = selectors.operation_queue_state(op)
+    body = {"type": "try_again", "request_id": op.id, "queue_state": state}
+    if reason:
+        body["queue_state_reason"] = reason  # e.g. why its model still waits for a worker
+    return Response(body, status=408)
 
 
 def _wait_notified(op: Operation) -> Operation:

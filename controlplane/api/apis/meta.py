@@ -16,6 +16,8 @@ from loopwright.types import (
     SupportedModel,
 )
 
+from ..parsing import allow
+
 
 @api_view(["GET"])
 @authentication_classes([])
@@ -41,6 +43,7 @@ def get_server_capabilities(request: Request) -> Response:
 
 @api_view(["GET"])
 def base_models(request: Request) -> Response:
+    allow(request, "sessions:ListBaseModels")
     return Response(
         {
             "base_models": [
@@ -59,6 +62,7 @@ def base_models(request: Request) -> Response:
 @api_view(["GET"])
 def tokenizer(request: Request) -> Response:
     """The tokenizer files of a base model, so clients never reach a model hub."""
+    allow(request, "sessions:ListBaseModels")
     name = request.query_params.get("name", "")
     model = base_model_get(name)
     if model is None:

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.fleet.selectors import base_model_get
+from controlplane.iam.resources import model_arn, session_arn
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
 from controlplane.training_sessions.services import submit
@@ -18,7 +19,7 @@ from loopwright.types import (
     WeightsInfoRequest,
 )
 
-from ..parsing import parse, tenant_of
+from ..parsing import allow, parse, tenant_of
 
 
 def future(op, model_id: str | None = None) -> Response:
@@ -29,11 +30,26 @@ def future(op, model_id: str | None = None) -> Response:
     )
 
 
+def placement_json(m: TrainingModel) -> dict:
+    """Where the model runs, or (``placement`` waiting_for_*) why it waits for a worker."""
+    return {
+        "placement": m.placement,
+        "status_reason": m.status_reason,
+        "worker": m.worker.name if m.worker_id else None,
+    }
+
+
 @api_view(["POST"])
 def create_model(request: Request) -> Response:
     req = parse(request, CreateModelRequest)
     lora = req.lora_config.model_dump(mode="json") if req.lora_config else {"rank": 32}
     lora.pop("type", None)
+    allow(
+        request,
+        "sessions:CreateModel",
+        model_arn(tenant_of(request), "*"),
+        **{"sessions:BaseModel": req.base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+    )
     op = submit.model_create(
         tenant=tenant_of(request),
         session_id=req.session_id,
@@ -48,6 +64,7 @@ def create_model(request: Request) -> Response:
 @api_view(["POST"])
 def get_info(request: Request) -> Response:
     req = parse(request, GetInfoRequest)
+    allow(request, "sessions:GetModelInfo", model_arn(tenant_of(request), req.model_id))
     model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
     base = base_model_get(model.base_model)
     # model_name must load with AutoTokenizer.from_pretrained offline: the worker's folder.
@@ -62,6 +79,7 @@ def get_info(request: Request) -> Response:
             "model_name": model.base_model,
             "state": model.state,
             "lora": model.lora,
+            **placement_json(model),
         }
     )
 
@@ -69,6 +87,7 @@ def get_info(request: Request) -> Response:
 @api_view(["POST"])
 def unload_model(request: Request) -> Response:
     req = parse(request, UnloadModelRequest)
+    allow(request, "sessions:UnloadModel", model_arn(tenant_of(request), req.model_id))
     model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
     return future(submit.model_unload(tenant=tenant_of(request), model=model), model.id)
 
@@ -79,6 +98,7 @@ def weights_info(request: Request) -> Response:
     ckpt = selectors.checkpoint_by_path(
         tenant=tenant_of(request), tinker_path=req.tinker_path, field="tinker_path"
     )
+    allow(request, "sessions:GetModelInfo", model_arn(tenant_of(request), ckpt.model_id))
     lora = ckpt.lora
     return Response(
         {
@@ -124,6 +144,7 @@ def run_json(m: TrainingModel) -> dict:
         "user_metadata": m.user_metadata,
         "state": m.state,
         "session_id": m.session_id,
+        **placement_json(m),
     }
 
 
@@ -132,6 +153,7 @@ def training_runs(request: Request) -> Response:
     limit = min(int(request.query_params.get("limit", 20) or 20), 1000)
     offset = int(request.query_params.get("offset", 0) or 0)
     tenant = tenant_of(request)
+    allow(request, "sessions:ListTrainingSessions")
     runs = selectors.model_list(tenant=tenant, limit=limit, offset=offset)
     total = TrainingModel.objects.filter(tenant=tenant).count()
     return Response(
@@ -144,6 +166,7 @@ def training_runs(request: Request) -> Response:
 
 @api_view(["GET"])
 def training_run(request: Request, model_id: str) -> Response:
+    allow(request, "sessions:GetModelInfo", model_arn(tenant_of(request), model_id))
     return Response(run_json(selectors.model_get(tenant=tenant_of(request), model_id=model_id)))
 
 
@@ -151,6 +174,7 @@ def training_run(request: Request, model_id: str) -> Response:
 def training_run_checkpoints(request: Request, model_id: str) -> Response:
     tenant = tenant_of(request)
     model = selectors.model_get(tenant=tenant, model_id=model_id)
+    allow(request, "sessions:ListCheckpoints", session_arn(tenant, model.session_id))
     return Response(
         {
             "checkpoints": [

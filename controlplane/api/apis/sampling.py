@@ -6,18 +6,20 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.iam.resources import sampler_arn
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.services import submit
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
-from ..parsing import parse, tenant_of
+from ..parsing import allow, parse, tenant_of
 from .models import future
 
 
 @api_view(["POST"])
 def create_sampling_session(request: Request) -> Response:
     req = parse(request, CreateSamplingSessionRequest)
+    allow(request, "sessions:CreateSamplingSession", sampler_arn(tenant_of(request), "*"))
     sampler = submit.sampler_create(
         tenant=tenant_of(request),
         session_id=req.session_id,
@@ -37,6 +39,7 @@ def asample(request: Request) -> Response:
             "sampling_session_id is required (create a sampling session first)",
             field="sampling_session_id",
         )
+    allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
     op = submit.sample_submit(
         tenant=tenant_of(request),
@@ -49,6 +52,7 @@ def asample(request: Request) -> Response:
 
 @api_view(["GET"])
 def sampler_detail(request: Request, sampler_id: str) -> Response:
+    allow(request, "sessions:DescribeTrainingSession", sampler_arn(tenant_of(request), sampler_id))
     s = selectors.sampler_get(tenant=tenant_of(request), sampling_session_id=sampler_id)
     return Response(
         {

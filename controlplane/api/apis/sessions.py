@@ -6,12 +6,16 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.iam.resources import session_arn
+from controlplane.iam.sessions import session_role
+from controlplane.kms.selectors import key_resolve
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.models import Session
+from controlplane.training_sessions.models import Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
-from ..parsing import parse, tenant_of
+from ..parsing import allow, parse, principal_of, tenant_of
+from .models import placement_json
 
 
 def session_json(s: Session) -> dict:
@@ -32,19 +36,40 @@ def session_json(s: Session) -> dict:
         # the official SDK's GetSessionResponse
         "training_run_ids": models,
         "sampler_ids": samplers,
+        **session_placement_json(s),
+    }
+
+
+def session_placement_json(s: Session) -> dict:
+    """Where the session's models run; a live one that waits for a worker says why."""
+    models = list(s.models.select_related("worker").order_by("created_at"))
+    live = [m for m in models if m.state in TrainingModel.LIVE_STATES]
+    waiting = next((m for m in live if m.placement in TrainingModel.WAITING), None)
+    shown = waiting or (live or models or [None])[-1]  # else the newest live, else the newest
+    return {
+        "placement": shown.placement if shown else None,
+        "status_reason": shown.status_reason if shown else "",
+        "models": [{"model_id": m.id, "state": m.state, **placement_json(m)} for m in models],
     }
 
 
 @api_view(["POST"])
 def create_session(request: Request) -> Response:
     req = parse(request, CreateSessionRequest)
+    tenant = tenant_of(request)
+    allow(request, "sessions:CreateTrainingSession", session_arn(tenant, "*"))
+    role = session_role(principal_of(request), req.role_arn, request=request)
+    if req.kms_key_arn:
+        key = key_resolve(tenant=tenant, ref=req.kms_key_arn, field="kms_key_arn")
+        allow(request, "kms:DescribeKey", key.arn)
+    platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     session = services.session_create(
-        tenant=tenant_of(request),
+        tenant=tenant,
         name=req.name or "",
         tags=req.tags,
         user_metadata=req.user_metadata,
         sdk_version=req.sdk_version,
-        platform={k: getattr(req, k) for k in services.PLATFORM_FIELDS},
+        platform=platform,
     )
     return Response(CreateSessionResponse(session_id=session.id).model_dump(mode="json"))
 
@@ -52,12 +77,16 @@ def create_session(request: Request) -> Response:
 @api_view(["POST"])
 def session_heartbeat(request: Request) -> Response:
     req = parse(request, SessionHeartbeatRequest)
+    allow(
+        request, "sessions:DescribeTrainingSession", session_arn(tenant_of(request), req.session_id)
+    )
     services.session_heartbeat(tenant=tenant_of(request), session_id=req.session_id)
     return Response({"type": "session_heartbeat"})
 
 
 @api_view(["GET"])
 def session_list(request: Request) -> Response:
+    allow(request, "sessions:ListTrainingSessions")
     found = selectors.session_list(
         tenant=tenant_of(request),
         limit=_int(request, "limit", 100),
@@ -71,6 +100,7 @@ def session_list(request: Request) -> Response:
 
 @api_view(["GET"])
 def session_detail(request: Request, session_id: str) -> Response:
+    allow(request, "sessions:DescribeTrainingSession", session_arn(tenant_of(request), session_id))
     return Response(
         session_json(selectors.session_get(tenant=tenant_of(request), session_id=session_id))
     )
@@ -78,6 +108,7 @@ def session_detail(request: Request, session_id: str) -> Response:
 
 @api_view(["POST"])
 def session_stop(request: Request, session_id: str) -> Response:
+    allow(request, "sessions:StopTrainingSession", session_arn(tenant_of(request), session_id))
     return Response(
         session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id))
     )

@@ -10,6 +10,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.iam.resources import model_arn
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation
 from controlplane.training_sessions.services import submit
@@ -22,7 +23,7 @@ from loopwright.types import (
     SaveWeightsRequest,
 )
 
-from ..parsing import parse, tenant_of
+from ..parsing import allow, parse, tenant_of
 from .models import future
 
 EPHEMERAL_TTL_SECONDS = 24 * 3600
@@ -35,6 +36,9 @@ def sequenced(kind: str):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
             try:
+                body = request.data if isinstance(request.data, dict) else {}
+                model_id = body.get("model_id")
+                allow(request, ACTIONS[kind], model_arn(tenant_of(request), str(model_id or "*")))
                 return view(request, *args, **kwargs)
             except (SessionError, ValidationError, ParseError) as exc:
                 body = request.data if isinstance(request.data, dict) else {}
@@ -50,6 +54,16 @@ def sequenced(kind: str):
         return inner
 
     return wrap
+
+
+ACTIONS = {
+    Operation.Kind.FORWARD: "sessions:Forward",
+    Operation.Kind.FORWARD_BACKWARD: "sessions:ForwardBackward",
+    Operation.Kind.OPTIM_STEP: "sessions:OptimStep",
+    Operation.Kind.SAVE_WEIGHTS: "sessions:SaveWeights",
+    Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER: "sessions:SaveWeightsForSampler",
+    Operation.Kind.LOAD_WEIGHTS: "sessions:LoadWeights",
+}
 
 
 def _submit(request: Request, req, kind: str, plan=None) -> Response:

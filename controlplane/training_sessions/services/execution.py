@@ -64,6 +64,8 @@ def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
                 status=Operation.Status.PENDING, seq_id__gt=model.next_seq
             )
             oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
+            if oldest is not None and model.placed_at is not None:
+                oldest = max(oldest, model.placed_at)  # time spent waiting for a worker is no gap
             if oldest is None or (timezone.now() - oldest).total_seconds() < gap_seconds:
                 break
             _record_missing(model)
@@ -187,7 +189,8 @@ def _record_checkpoint(op: Operation, result: dict) -> None:
             "name": spec["name"],
             "storage_path": spec["storage_path"],
             "merged_path": result.get("_merged_path", ""),
-            "size_bytes": _folder_size(spec["storage_path"]),
+            "size_bytes": result.get("_plaintext_bytes", _folder_size(spec["storage_path"])),
+            "kms_key_arn": (spec.get("sealing") or {}).get("key_arn", ""),
             "lora": model.lora,
             "base_model": model.base_model,
             "expires_at": expires,

@@ -7,10 +7,13 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from pydantic import ValidationError
 
+from controlplane.kms import services as kms
 from controlplane.tenants.models import Tenant
+from loopwright.types import VpcConfig
 
-from ..errors import Gone
+from ..errors import Gone, SessionError
 from ..models import Session, TrainingModel
 from ..selectors import session_get
 
@@ -32,17 +35,32 @@ def session_create(
     sdk_version: str = "",
     platform=None,
 ) -> Session:
+    platform = {k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None}
+    if "kms_key_arn" in platform:  # stored as the key's ARN, whichever way it was named
+        platform["kms_key_arn"] = kms.session_key(tenant=tenant, ref=platform["kms_key_arn"]).arn
+    if "vpc_config" in platform:
+        platform["vpc_config"] = vpc_config_checked(platform["vpc_config"])
     return Session.objects.create(
         tenant=tenant,
         name=name or "",
         tags=list(tags or []),
         user_metadata=user_metadata,
         sdk_version=sdk_version or "",
-        platform={
-            k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None
-        },
+        platform=platform,
         last_heartbeat_at=timezone.now(),
     )
+
+
+def vpc_config_checked(value) -> dict:
+    """The session's network as stored, checked as the wire type checks it (400 naming the
+    field, e.g. ``vpc_config.subnets[2]``)."""
+    try:
+        return VpcConfig.model_validate(value).model_dump(mode="json")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        raise SessionError(f"vpc_config{path}: {message}", field=f"vpc_config{path}") from None
 
 
 def session_heartbeat(*, tenant: Tenant, session_id: str) -> Session:

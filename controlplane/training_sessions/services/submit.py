@@ -19,12 +19,16 @@ from django.db.models import Max
 from django.utils import timezone
 
 from controlplane import dispatch
-from controlplane.fleet.services import NoWorkerAvailable, worker_place
+from controlplane.fleet.models import BaseModel
+from controlplane.fleet.services import Network
+from controlplane.iam.sessions import session_may
+from controlplane.kms import services as kms
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
+from . import placement
 from .sessions import session_touch
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
@@ -78,7 +82,8 @@ def _create_op(
         return _existing_or_conflict(
             Operation.objects.get(**lookup), fields["payload_digest"], what
         )
-    dispatch.wake_worker(op.worker.queue)
+    if op.worker is not None:  # else it waits with its model, and goes when the model is placed
+        dispatch.wake_worker(op.worker.queue)
     return op
 
 
@@ -105,10 +110,8 @@ def model_create(
     if existing is not None:
         op = existing.operations.get(kind=Operation.Kind.CREATE_MODEL)
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
-    try:
-        worker = worker_place(base_model=base_model)
-    except NoWorkerAvailable as exc:
-        raise Unavailable(str(exc), field="base_model") from exc
+    if not BaseModel.objects.filter(name=base_model).exists():
+        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     model = TrainingModel.objects.create(
         tenant=tenant,
@@ -117,21 +120,24 @@ def model_create(
         base_model=base_model,
         lora=lora,
         user_metadata=user_metadata,
-        worker=worker,
+        worker=None,
+        placement=TrainingModel.Placement.WAITING_FOR_WORKER,
         next_seq=0,
     )
     session_touch(session)
-    return _create_op(
+    op = _create_op(
         {"model": model, "seq_id": 0},
         "create_model",
         tenant=tenant,
         session=session,
-        worker=worker,
+        worker=None,
         kind=Operation.Kind.CREATE_MODEL,
         payload=payload,
         payload_digest=digest(payload),
         plan={"adapter": model.id, "lora": lora},
     )
+    placement.model_place_new(model)  # or it waits, and its operations queue up
+    return op
 
 
 @transaction.atomic
@@ -147,9 +153,18 @@ def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) 
         raise NotActive(f"model {model.id} is {model.state}", field="model_id")
     top = model.operations.aggregate(m=Max("seq_id"))["m"]
     seq = max(top if top is not None else -1, model.next_seq - 1) + 1
-    model.state = TrainingModel.State.UNLOADING
-    model.save(update_fields=["state"])
     payload = {"model_id": model.id}
+    ended: dict = {}
+    if model.worker_id is None:  # still waiting for a worker: it just ends, nothing to dispatch
+        placement.model_end_waiting(model)
+        ended = {
+            "status": Operation.Status.DONE,
+            "result": {"model_id": model.id, "type": "unload_model"},
+            "finished_at": timezone.now(),
+        }
+    else:
+        model.state = TrainingModel.State.UNLOADING
+        model.save(update_fields=["state"])
     return _create_op(
         {"model": model, "seq_id": seq},
         "unload_model",
@@ -160,6 +175,7 @@ def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) 
         payload=payload,
         payload_digest=digest(payload),
         plan={"adapter": model.id},
+        **ended,
     )
 
 
@@ -248,7 +264,8 @@ def training_reject(
             )
     except IntegrityError:
         return
-    dispatch.wake_worker(model.worker.queue)
+    if model.worker is not None:
+        dispatch.wake_worker(model.worker.queue)
 
 
 def _touch(model: TrainingModel) -> None:
@@ -287,7 +304,10 @@ def save_plan(
     merge: bool = False,
     sampler_id: str | None = None,
 ):
-    """A plan factory for save_weights / save_weights_for_sampler, resolved against the model."""
+    """A plan factory for save_weights / save_weights_for_sampler, resolved against the model.
+
+    The files are sealed with the session's KMS key (or the tenant's default key).
+    """
 
     def plan(model: TrainingModel) -> dict:
         tinker_path, storage = checkpoint_location(model, kind, name)
@@ -298,6 +318,18 @@ def save_plan(
         expires = None
         if ttl_seconds:
             expires = (timezone.now() + timedelta(seconds=ttl_seconds)).isoformat()
+        sealing = kms.save_sealing(
+            tenant=model.tenant,
+            key_arn=model.session.platform.get("kms_key_arn"),
+            resource=tinker_path,
+        )
+        # the session writes the checkpoint: its role must be allowed to use the key
+        session_may(
+            model.tenant,
+            model.session.platform.get("role_arn"),
+            "kms:GenerateDataKey",
+            sealing["key_arn"],
+        )
         return {
             "checkpoint": {
                 "kind": kind,
@@ -306,6 +338,7 @@ def save_plan(
                 "storage_path": storage,
                 "expires_at": expires,
                 "merge": merge,
+                "sealing": sealing,
             },
             "sampler_id": sampler_id,
         }
@@ -328,10 +361,31 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
                 field="path",
             )
         return {
-            "load": {"storage_path": ckpt.storage_path, "optimizer": optimizer, "tinker_path": path}
+            "load": {
+                "storage_path": ckpt.storage_path,
+                "optimizer": optimizer,
+                "tinker_path": path,
+                "sealing": _opening(tenant, ckpt, field="path", session=model.session),
+            }
         }
 
     return plan
+
+
+def _opening(
+    tenant: Tenant, ckpt: Checkpoint | None, *, field: str, session: Session
+) -> dict | None:
+    """How the worker opens a checkpoint's sealed files (None: saved before sealing existed).
+
+    The reading session's role must be allowed to decrypt with the key that sealed them.
+    """
+    if ckpt is None or not ckpt.kms_key_arn:
+        return None
+    sealing = kms.load_sealing(
+        tenant=tenant, key_arn=ckpt.kms_key_arn, resource=ckpt.tinker_path, field=field
+    )
+    session_may(tenant, session.platform.get("role_arn"), "kms:Decrypt", sealing["key_arn"])
+    return sealing
 
 
 # -- sampling --------------------------------------------------------------------------------
@@ -353,14 +407,21 @@ def sampler_create(
         if existing is not None:
             return existing
     _require_open(session)
+    network = placement.session_network(session)
     fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
     if model_id:
         model = model_get(tenant=tenant, model_id=model_id)
         _require_ready(model)
+        if model.worker is None:
+            raise Conflict(
+                f"model {model.id} is not on a worker yet ({model.status_reason})",
+                field="model_id",
+            )
         fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
-        worker = _sampler_worker(ckpt.base_model, prefer=ckpt.model.worker)
+        _opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
+        worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
         fields.update(
             base_model=ckpt.base_model,
             model_path=model_path,
@@ -368,30 +429,37 @@ def sampler_create(
             worker=worker,
         )
     elif base_model:
-        fields.update(base_model=base_model, worker=_sampler_worker(base_model))
+        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network))
     else:
         raise SessionError("give base_model, model_path or model_id", field="base_model")
     session_touch(session)
     return SamplingSession.objects.create(**fields)
 
 
-def _sampler_worker(base_model: str, prefer=None):
+def _sampler_worker(base_model: str, network: Network, prefer=None):
+    """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one."""
     from controlplane.fleet.services import live_workers
 
-    workers = live_workers().filter(base_model_id=base_model)
-    if prefer is not None and workers.filter(pk=prefer.pk).exists():
+    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    workers = [w for w in serving if network.admits(w)]
+    if prefer is not None and prefer in workers:
         return prefer
-    worker = workers.order_by("name").first()
-    if worker is None:
-        raise Unavailable(f"no live worker serves {base_model!r}", field="base_model")
-    return worker
+    if not workers:
+        where = f" for this session: it needs {network.wanted()}" if serving else ""
+        raise Unavailable(f"no live worker serves {base_model!r}{where}", field="base_model")
+    return workers[0]
 
 
-def sampler_plan(sampler: SamplingSession) -> dict:
+def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
     if sampler.live_model_id:
         return {"adapter": sampler.live_model_id}
     if sampler.storage_path:
-        return {"adapter": f"sampler:{sampler.id}", "storage_path": sampler.storage_path}
+        ckpt = Checkpoint.objects.filter(tenant=tenant, tinker_path=sampler.model_path).first()
+        return {
+            "adapter": f"sampler:{sampler.id}",
+            "storage_path": sampler.storage_path,
+            "sealing": _opening(tenant, ckpt, field="sampling_session_id", session=sampler.session),
+        }
     return {"adapter": None}
 
 
@@ -418,7 +486,7 @@ def sample_submit(
         kind=Operation.Kind.SAMPLE,
         payload=payload,
         payload_digest=digest(payload),
-        plan=sampler_plan(sampler),
+        plan=sampler_plan(sampler, tenant=tenant),
     )
     if seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)

@@ -59,6 +59,7 @@ from .sessions import (
 from .tensor_data import TensorData, TensorDtype
 from .training import ForwardBackwardRequest, ForwardRequest
 from .training_runs import TrainingRun, TrainingRunsResponse
+from .vpc import VpcConfig
 from .weights import (
     LoadWeightsRequest,
     LoadWeightsResponse,
@@ -145,6 +146,7 @@ __all__ = [
     "UnloadModelRequest",
     "UnloadModelResponse",
     "UntypedAPIFuture",
+    "VpcConfig",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
 ]

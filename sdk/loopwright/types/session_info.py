@@ -44,6 +44,13 @@ class SessionInfo(ResponseModel):
     user_metadata: dict[str, Any] | None = None
     """Free-form metadata set by the user."""
 
+    placement: str | None = None
+    """Where its models run: "placed", or why one waits for a worker ("waiting_for_worker",
+    "waiting_for_capacity", "waiting_for_network"); None before it has a model."""
+
+    status_reason: str | None = None
+    """Why a model of the session waits, for people; empty when none waits."""
+
 
 class ListSessionInfosResponse(ResponseModel):
     """The caller's sessions, newest first."""

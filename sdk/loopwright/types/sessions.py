@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
+from .vpc import VpcConfig
 
 __all__ = [
     "CreateSessionRequest",
@@ -46,8 +47,9 @@ class CreateSessionRequest(RequestModel):
     kms_key_arn: str | None = None
     """KMS key that encrypts the session's checkpoints (Loopwright extension)."""
 
-    vpc_config: dict[str, Any] | None = None
-    """Network placement, e.g. {"subnets": [...], "security_group_ids": [...]} (Loopwright extension)."""
+    vpc_config: VpcConfig | None = None
+    """Where the session's work runs: {"subnets": [...], "security_group_ids": [...]} (Loopwright
+    extension)."""
 
     type: Literal["create_session"] = "create_session"
     """Request kind tag."""

@@ -1,12 +1,13 @@
 """Run the whole service on one machine: control plane, GPU worker(s), housekeeping.
 
 Embedded default: SQLite and a filesystem broker under LOOPWRIGHT_DATA_DIR, no other server.
-Prints the local API key (kept in <data dir>/api-key) and the URL.
+Prints the local API key and session role (kept in <data dir>/api-key and role-arn) and the URL.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,8 +20,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from controlplane.fleet.janitor import run_forever
-from controlplane.tenants.models import Tenant
-from controlplane.tenants.services import api_key_create, tenant_create
+from controlplane.iam.provisioning import account_create
 
 DEFAULT_WORKERS = ["HuggingFaceTB/SmolLM2-135M-Instruct", "loopwright/tiny-byte-llama"]
 
@@ -47,7 +47,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
-        key = self._local_key()
+        key, role_arn = self._local_account()
         children = [self._http(opts)]
         for i, base in enumerate(opts["base_models"] or DEFAULT_WORKERS):
             children.append(self._worker(f"local{i}", base, opts["device"]))
@@ -58,19 +58,29 @@ class Command(BaseCommand):
             f"\nLoopwright is starting at {url}\n"
             f"  export LOOPWRIGHT_BASE_URL={url}\n"
             f"  export LOOPWRIGHT_API_KEY={key}\n"
+            f"  export LOOPWRIGHT_ROLE_ARN={role_arn}\n"
             f"data: {settings.DATA_DIR}   (Ctrl-C stops)\n"
         )
         self._supervise(children, stop)
 
-    def _local_key(self) -> str:
-        path = Path(settings.DATA_DIR) / "api-key"
-        if path.exists():
-            return path.read_text().strip()
-        tenant = Tenant.objects.filter(name="local").first() or tenant_create(name="local")
-        _, raw = api_key_create(tenant=tenant, name="local")
-        path.write_text(raw + "\n")
-        path.chmod(0o600)
-        return raw
+    def _local_account(self) -> tuple[str, str]:
+        """The local account's API key and session role ARN, made on first start."""
+        key_file, role_file = (
+            Path(settings.DATA_DIR) / "api-key",
+            Path(settings.DATA_DIR) / "role-arn",
+        )
+        if key_file.exists() and role_file.exists():
+            return key_file.read_text().strip(), role_file.read_text().strip()
+        account = account_create(
+            email=f"owner-{secrets.token_hex(4)}@local.invalid",
+            password=None,
+            tenant_name="local",
+            key_name="local",
+        )
+        key_file.write_text(account.api_key + "\n")
+        key_file.chmod(0o600)
+        role_file.write_text(account.session_role.arn + "\n")
+        return account.api_key, account.session_role.arn
 
     def _http(self, opts) -> subprocess.Popen:
         cmd = [

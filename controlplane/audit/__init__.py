@@ -1,0 +1,1 @@
+"""The audit log: every authorization decision and every mutating call, per tenant."""

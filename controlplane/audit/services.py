@@ -1,0 +1,52 @@
+"""Writes to the audit log (never updated, pruned by age)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane.tenants.models import Tenant
+
+from .models import AuditEvent
+
+
+def audit_record(
+    *,
+    tenant: Tenant,
+    principal: str,
+    action: str,
+    resource: str,
+    allowed: bool,
+    effect: str,
+    mutating: bool,
+    policy: str | None = None,
+    statement: str | None = None,
+    reason: str = "",
+    source_ip: str | None = None,
+    user_agent: str = "",
+    api_key: str = "",
+) -> AuditEvent:
+    return AuditEvent.objects.create(
+        tenant=tenant,
+        principal=principal[:400],
+        action=action[:100],
+        resource=resource[:1000],
+        allowed=allowed,
+        effect=effect,
+        mutating=mutating,
+        policy=(policy or "")[:200],
+        statement=(statement or "")[:200],
+        reason=reason[:1000],
+        source_ip=source_ip or None,
+        user_agent=user_agent[:400],
+        api_key=api_key,
+    )
+
+
+def audit_prune(*, now=None) -> int:
+    """Delete events older than ``AUDIT_RETENTION_DAYS``; returns how many went."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.AUDIT_RETENTION_DAYS)
+    deleted, _ = AuditEvent.objects.filter(at__lt=cutoff).delete()
+    return deleted

@@ -1,0 +1,47 @@
+"""Domain errors shared by every app; the API maps each to an HTTP status and ``{detail, code,
+field}``."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+
+
+class NotFound(DomainError):
+    """Missing, or another tenant's: the answer is the same."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class AccessDenied(DomainError):
+    """An IAM decision said no; the detail names the action and the resource."""
+
+    status = 403
+    code = "access_denied"
+
+
+class Throttled(DomainError):
+    status = 429
+    code = "throttled"
+
+    def __init__(self, detail: str, *, retry_after: int, field: str | None = None) -> None:
+        super().__init__(detail, field=field)
+        self.retry_after = retry_after
+
+
+class Unauthenticated(DomainError):
+    status = 401
+    code = "unauthenticated"

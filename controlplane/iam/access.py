@@ -1,0 +1,103 @@
+"""Authorize one call: evaluate the caller's policies, record the decision in the audit log, and
+refuse with a 403 that names the action and the resource."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane.audit.services import audit_record
+from controlplane.errors import AccessDenied
+
+from .actions import ACTIONS
+from .evaluation import AccessRequest, Decision, evaluate
+from .principals import Principal
+
+READ_PREFIXES = ("Get", "List", "Describe", "Retrieve", "LookupEvents")
+
+
+def is_mutating(action: str) -> bool:
+    name = action.partition(":")[2]
+    return not name.startswith(READ_PREFIXES)
+
+
+def client_ip(request) -> str | None:
+    """The caller's address; ``TRUSTED_PROXIES`` hops of X-Forwarded-For are believed."""
+    meta = getattr(request, "META", {})
+    hops = settings.TRUSTED_PROXIES
+    forwarded = [h.strip() for h in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if h.strip()]
+    if hops and len(forwarded) >= hops:
+        return forwarded[-hops]
+    return meta.get("REMOTE_ADDR") or None
+
+
+def request_context(principal: Principal, request=None) -> dict[str, Any]:
+    """Condition keys every request carries."""
+    context: dict[str, Any] = {
+        "loopwright:CurrentTime": timezone.now(),
+        "loopwright:PrincipalType": "Role" if principal.is_role else "User",
+    }
+    if principal.api_key is not None:
+        context["loopwright:ApiKeyPrefix"] = principal.api_key.prefix
+    if request is not None:
+        ip = client_ip(request)
+        if ip:
+            context["loopwright:SourceIp"] = ip
+        context["loopwright:SecureTransport"] = bool(request.is_secure())
+        agent = request.META.get("HTTP_USER_AGENT")
+        if agent:
+            context["loopwright:UserAgent"] = agent
+    return context
+
+
+def check(
+    principal: Principal,
+    action: str,
+    resource: str,
+    *,
+    request=None,
+    context: Mapping[str, Any] | None = None,
+) -> Decision:
+    """Decide and audit, without raising."""
+    assert action in ACTIONS, f"undocumented action {action}"
+    values = request_context(principal, request) | dict(context or {})
+    decision = evaluate(
+        principal.policies(), AccessRequest(action, resource, principal.arn, values)
+    )
+    audit_record(
+        tenant=principal.tenant,
+        principal=principal.arn,
+        action=action,
+        resource=resource,
+        allowed=decision.allowed,
+        effect=decision.effect,
+        mutating=is_mutating(action),
+        policy=decision.policy,
+        statement=decision.statement,
+        reason=decision.reason,
+        source_ip=values.get("loopwright:SourceIp"),
+        user_agent=str(values.get("loopwright:UserAgent", "")),
+        api_key=principal.api_key.prefix if principal.api_key else "",
+    )
+    return decision
+
+
+def authorize(
+    principal: Principal,
+    action: str,
+    resource: str,
+    *,
+    request=None,
+    context: Mapping[str, Any] | None = None,
+) -> Decision:
+    """Allow or raise ``AccessDenied`` (403) naming the principal, the action and the resource."""
+    decision = check(principal, action, resource, request=request, context=context)
+    if not decision.allowed:
+        raise AccessDenied(
+            f"{principal.arn} is not authorized to perform {action} on {resource}: "
+            f"{decision.reason}"
+        )
+    return decision

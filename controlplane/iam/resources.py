@@ -1,0 +1,35 @@
+"""ARNs of the things policies talk about (the catalogue in ``actions`` names their types)."""
+
+from __future__ import annotations
+
+from controlplane.tenants.models import Tenant
+
+from .arns import build_arn
+
+
+def session_arn(tenant: Tenant, session_id: str) -> str:
+    return build_arn("sessions", tenant.account_id, "session", session_id)
+
+
+def model_arn(tenant: Tenant, model_id: str) -> str:
+    return build_arn("sessions", tenant.account_id, "model", model_id)
+
+
+def sampler_arn(tenant: Tenant, sampler_id: str) -> str:
+    return build_arn("sessions", tenant.account_id, "sampler", sampler_id)
+
+
+def checkpoint_arn(tenant: Tenant, model_id: str, name: str) -> str:
+    return build_arn("sessions", tenant.account_id, "checkpoint", f"{model_id}/{name}")
+
+
+def role_arn(tenant: Tenant, name: str) -> str:
+    return build_arn("iam", tenant.account_id, "role", name)
+
+
+def user_arn(tenant: Tenant, username: str) -> str:
+    return build_arn("iam", tenant.account_id, "user", username)
+
+
+def api_key_arn(tenant: Tenant, prefix: str) -> str:
+    return build_arn("iam", tenant.account_id, "api-key", prefix)

@@ -1,0 +1,224 @@
+"""Writes for roles and policies. Documents are validated before anything is saved, so a bad
+document changes nothing; every write is recorded in the audit log by the caller's check."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from controlplane.errors import Conflict, DomainError, NotFound
+from controlplane.tenants.models import Membership, Tenant
+
+from .errors import PolicyError
+from .evaluation import evaluate_trust
+from .models import SESSIONS_SERVICE, Role, RolePolicy, UserPolicy
+from .policy import PolicyDocument
+from .selectors import ROLE_NAME
+
+POLICY_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,128}$")
+MAX_INLINE_POLICIES = 10
+
+DEFAULT_TRUST_POLICY: dict[str, Any] = {
+    "Version": "2012-10-17",
+    "Statement": [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": SESSIONS_SERVICE},
+            "Action": "sts:AssumeRole",
+        }
+    ],
+}
+
+
+def policy_validate(document: Any, *, kind: str, field: str) -> PolicyDocument:
+    """Parse ``document`` (an object or a JSON string) or raise a 400 naming the exact place."""
+    try:
+        return PolicyDocument.parse(document, kind=kind)  # type: ignore[arg-type]
+    except PolicyError as exc:
+        where = f"{field}.{exc.field}" if exc.field else field
+        raise DomainError(f"{where}: {exc.message}", field=where) from None
+    except (TypeError, ValueError) as exc:
+        raise DomainError(f"{field}: {exc}", field=field) from None
+
+
+def _name(value: Any, pattern: re.Pattern, field: str, what: str) -> str:
+    limit = 64 if pattern is ROLE_NAME else 128
+    if not isinstance(value, str) or not pattern.match(value):
+        raise DomainError(
+            f"{field}: a {what} is 1 to {limit} letters, digits or +=,.@_-", field=field
+        )
+    return value
+
+
+@transaction.atomic
+def role_create(
+    *,
+    tenant: Tenant,
+    actor: str,
+    name: str,
+    description: str = "",
+    trust_policy: Any = None,
+    policies: dict[str, Any] | None = None,
+) -> Role:
+    name = _name(name, ROLE_NAME, "name", "role name")
+    if len(description or "") > 1000:
+        raise DomainError("description: at most 1000 characters", field="description")
+    trust = policy_validate(
+        trust_policy if trust_policy is not None else DEFAULT_TRUST_POLICY,
+        kind="trust",
+        field="trust_policy",
+    )
+    checked = _checked_policies(policies or {})
+    try:
+        with transaction.atomic():
+            role = Role.objects.create(
+                tenant=tenant,
+                name=name,
+                description=description or "",
+                trust_policy=trust.to_dict(),
+                created_by=actor,
+            )
+    except IntegrityError:
+        raise Conflict(f"name: a role named {name!r} exists", field="name") from None
+    for policy_name, document in checked.items():
+        RolePolicy.objects.create(role=role, name=policy_name, document=document.to_dict())
+    return role
+
+
+def _checked_policies(policies: dict[str, Any]) -> dict[str, PolicyDocument]:
+    if not isinstance(policies, dict):
+        raise DomainError("policies: an object of policy name → document", field="policies")
+    if len(policies) > MAX_INLINE_POLICIES:
+        raise DomainError(
+            f"policies: at most {MAX_INLINE_POLICIES} inline policies", field="policies"
+        )
+    return {
+        _name(n, POLICY_NAME, f"policies.{n}", "policy name"): policy_validate(
+            d, kind="permission", field=f"policies.{n}"
+        )
+        for n, d in policies.items()
+    }
+
+
+def role_update_trust(*, role: Role, trust_policy: Any) -> Role:
+    role.trust_policy = policy_validate(trust_policy, kind="trust", field="trust_policy").to_dict()
+    role.save(update_fields=["trust_policy", "updated_at"])
+    return role
+
+
+def role_delete(*, role: Role) -> None:
+    role.delete()  # its API keys go with it; sessions already running keep their ARN
+
+
+@transaction.atomic
+def role_policy_put(*, role: Role, name: str, document: Any) -> RolePolicy:
+    name = _name(name, POLICY_NAME, "policy_name", "policy name")
+    checked = policy_validate(document, kind="permission", field="document")
+    if (
+        not role.policies.filter(name=name).exists()
+        and role.policies.count() >= MAX_INLINE_POLICIES
+    ):
+        raise DomainError(
+            f"policy_name: a role has at most {MAX_INLINE_POLICIES} inline policies",
+            field="policy_name",
+        )
+    policy, _ = RolePolicy.objects.update_or_create(
+        role=role, name=name, defaults={"document": checked.to_dict()}
+    )
+    return policy
+
+
+def role_policy_delete(*, role: Role, name: str) -> None:
+    if not role.policies.filter(name=name).delete()[0]:
+        raise NotFound(f"policy_name: no policy {name!r} on {role.name}", field="policy_name")
+
+
+@transaction.atomic
+def user_policy_put(*, membership: Membership, name: str, document: Any) -> UserPolicy:
+    name = _name(name, POLICY_NAME, "policy_name", "policy name")
+    checked = policy_validate(document, kind="permission", field="document")
+    if (
+        not membership.policies.filter(name=name).exists()
+        and membership.policies.count() >= MAX_INLINE_POLICIES
+    ):
+        raise DomainError(
+            f"policy_name: a user has at most {MAX_INLINE_POLICIES} inline policies",
+            field="policy_name",
+        )
+    policy, _ = UserPolicy.objects.update_or_create(
+        membership=membership, name=name, defaults={"document": checked.to_dict()}
+    )
+    return policy
+
+
+def user_policy_delete(*, membership: Membership, name: str) -> None:
+    if not membership.policies.filter(name=name).delete()[0]:
+        raise NotFound(f"policy_name: no policy {name!r}", field="policy_name")
+
+
+def role_trusts(role: Role, principal: str) -> bool:
+    """Whether the role's trust policy lets ``principal`` (an ARN or a service) assume it."""
+    trust = PolicyDocument.parse(role.trust_policy, kind="trust")
+    return evaluate_trust(trust, principal).allowed
+
+
+def trust_required(role: Role, principal: str, *, field: str = "role_arn") -> None:
+    if not role_trusts(role, principal):
+        raise DomainError(
+            f"{field}: the trust policy of {role.arn} does not let {principal} assume it",
+            field=field,
+        )
+
+
+def document_json(document: dict) -> str:
+    return json.dumps(document, indent=2, sort_keys=False)
+
+
+SESSION_ROLE_NAME = "LoopwrightSessionRole"
+
+
+def session_role_policy(account: str) -> dict[str, Any]:
+    """What a tenant's first role may do: train, and protect and publish its checkpoints."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "Train", "Effect": "Allow", "Action": "sessions:*", "Resource": "*"},
+            {
+                # a key of this role starts sessions that run as the role itself
+                "Sid": "PassItself",
+                "Effect": "Allow",
+                "Action": "iam:PassRole",
+                "Resource": f"arn:loopwright:iam::{account}:role/{SESSION_ROLE_NAME}",
+            },
+            {
+                "Sid": "Checkpoints",
+                "Effect": "Allow",
+                "Action": ["kms:GenerateDataKey", "kms:Decrypt", "kms:DescribeKey"],
+                "Resource": f"arn:loopwright:kms::{account}:key/*",
+            },
+            {
+                "Sid": "Publish",
+                "Effect": "Allow",
+                "Action": [
+                    "registry:CreateModelPackage",
+                    "registry:DescribeModelPackageGroup",
+                    "registry:DescribeModelPackage",
+                ],
+                "Resource": f"arn:loopwright:registry::{account}:*",
+            },
+        ],
+    }
+
+
+def tenant_bootstrap(*, tenant: Tenant, actor: str) -> Role:
+    """A new tenant's session role, so its first script can start a session at once."""
+    return role_create(
+        tenant=tenant,
+        actor=actor,
+        name=SESSION_ROLE_NAME,
+        description="Role that training sessions run as (created with the account)",
+        policies={"sessions": session_role_policy(tenant.account_id)},
+    )

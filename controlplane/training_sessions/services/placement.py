@@ -1,0 +1,140 @@
+"""Placement: a training model runs on a live worker that serves its base model, matches its
+session's network and has room. Until one does, the model waits (with the reason) and its
+operations queue up; waiting models are placed oldest first when workers register or heartbeat
+and in the janitor's pass, one model per transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane import dispatch
+from controlplane.fleet.models import Worker
+from controlplane.fleet.services import Network, NoWorkerAvailable, worker_place
+
+from .. import notify
+from ..models import Operation, Session, TrainingModel
+
+log = logging.getLogger(__name__)
+
+WAITING_FOR = {
+    NoWorkerAvailable.NO_WORKER: TrainingModel.Placement.WAITING_FOR_WORKER,
+    NoWorkerAvailable.NETWORK: TrainingModel.Placement.WAITING_FOR_NETWORK,
+    NoWorkerAvailable.CAPACITY: TrainingModel.Placement.WAITING_FOR_CAPACITY,
+}
+
+
+def session_network(session: Session) -> Network:
+    return Network.of(session.platform.get("vpc_config"))
+
+
+def models_place_waiting(*, base_model: str | None = None) -> list[str]:
+    """Place the waiting models (of ``base_model``, or all) that a worker can take now, oldest
+    first; the others get the current reason they wait. Returns the ids placed."""
+    waiting = TrainingModel.objects.filter(
+        placement__in=TrainingModel.WAITING, worker__isnull=True
+    ).order_by("created_at", "id")
+    if base_model is not None:
+        waiting = waiting.filter(base_model=base_model)
+    placed: list[str] = []
+    # Once a (base model, network) finds no worker, younger models asking the same wait too:
+    # they neither query again nor take a slot an older one could not.
+    refused: dict[tuple[str, Network], NoWorkerAvailable] = {}
+    for model_id in list(waiting.values_list("id", flat=True)):
+        with transaction.atomic():
+            if _place_one(model_id, refused):
+                placed.append(model_id)
+    if placed:
+        log.debug("placed %s", ", ".join(placed))
+    return placed
+
+
+def _place_one(model_id: str, refused: dict[tuple[str, Network], NoWorkerAvailable]) -> bool:
+    # skip_locked: a model being unloaded or placed by someone else is left to them
+    model = (
+        TrainingModel.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related("session")
+        .filter(pk=model_id, placement__in=TrainingModel.WAITING, worker__isnull=True)
+        .first()
+    )
+    return model is not None and _place(model, refused)
+
+
+def model_place_new(model: TrainingModel) -> bool:
+    """Place a model just created (in the caller's transaction), or have it wait: when no worker
+    can take it, or behind an older model of its base model and network that waits for a slot."""
+    network = session_network(model.session)
+    older = (
+        TrainingModel.objects.filter(
+            placement=TrainingModel.Placement.WAITING_FOR_CAPACITY,
+            worker__isnull=True,
+            base_model=model.base_model,
+            created_at__lte=model.created_at,
+        )
+        .exclude(pk=model.pk)
+        .select_related("session")
+        .order_by("created_at", "id")
+    )
+    ahead = next((m for m in older if session_network(m.session) == network), None)
+    if ahead is not None:  # the next pass places the older one first
+        _wait(model, ahead.placement, ahead.status_reason)
+        return False
+    return _place(model, {})
+
+
+def _place(model: TrainingModel, refused: dict[tuple[str, Network], NoWorkerAvailable]) -> bool:
+    key = (model.base_model, session_network(model.session))
+    why = refused.get(key)
+    if why is None:
+        try:
+            worker = worker_place(base_model=model.base_model, network=key[1])
+        except NoWorkerAvailable as exc:
+            why = refused[key] = exc
+        else:
+            _assign(model, worker)
+            return True
+    _wait(model, WAITING_FOR[why.cause], why.reason)
+    return False
+
+
+def _wait(model: TrainingModel, placement: str, reason: str) -> None:
+    if (model.placement, model.status_reason) != (placement, reason):
+        model.placement, model.status_reason = placement, reason
+        model.save(update_fields=["placement", "status_reason"])
+
+
+def _assign(model: TrainingModel, worker: Worker) -> None:
+    """The model is the worker's; its queued operations go to the worker's queue after commit."""
+    model.worker = worker
+    model.placement = TrainingModel.Placement.PLACED
+    model.status_reason = ""
+    model.placed_at = timezone.now()
+    model.save(update_fields=["worker", "placement", "status_reason", "placed_at"])
+    model.operations.filter(worker__isnull=True).update(worker=worker)
+    dispatch.wake_worker(worker.queue)
+
+
+def model_end_waiting(model: TrainingModel) -> None:
+    """A model that ends before any worker took it (unload, stop, idle expiry): its queued
+    operations fail and it is unloaded at once; nothing reaches a worker. The caller holds the
+    model's row lock."""
+    reason = model.status_reason or "waiting for a worker"
+    error = f"model {model.id} ended while {reason}; nothing ran"
+    pending = list(
+        model.operations.filter(status=Operation.Status.PENDING).values_list("id", flat=True)
+    )
+    Operation.objects.filter(pk__in=pending).update(
+        status=Operation.Status.FAILED,
+        error=error,
+        error_category="user",
+        finished_at=timezone.now(),
+    )
+    for request_id in pending:
+        notify.send(request_id)
+    model.state = TrainingModel.State.UNLOADED
+    model.placement = TrainingModel.Placement.NEVER_PLACED
+    model.status_reason = f"ended while {reason}"
+    model.save(update_fields=["state", "placement", "status_reason"])

@@ -1,0 +1,219 @@
+"""charlie (another tenant) gets 404 for everything of alice's, on every route of the API.
+
+Every route of ``controlplane.api.urls`` must appear in ``PROBES`` (or in ``NOT_TENANT_SCOPED``
+with the reason), so a new endpoint cannot ship without its cross-tenant check.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from controlplane.api.urls import urlpatterns
+
+from .conftest import TINY, Person
+from .wire import create_model, datum, fwdbwd, open_session
+
+pytestmark = pytest.mark.django_db
+
+# Routes that take no identifier of a tenant's resource: lists are checked for leaks below.
+NOT_TENANT_SCOPED = {
+    "healthz": "public",
+    "client/config": "service-wide",
+    "get_server_capabilities": "service-wide",
+    "telemetry": "write-only",
+    "base_models": "service-wide catalogue",
+    "base_models/tokenizer": "service-wide catalogue",
+    "create_session": "creates in the caller's own tenant",
+    "sessions": "list: checked for leaks",
+    "training_runs": "list: checked for leaks",
+    "auth/signup": "creates a new tenant",
+    "auth/login": "credentials",
+    "auth/logout": "the caller's own login",
+    "auth/accept-invitation": "token: tested in test_api_iam",
+    "auth/whoami": "the caller",
+    "iam/users": "list: checked for leaks",
+    "iam/api-keys": "list: checked for leaks",
+    "iam/roles": "list (role names are per tenant): checked for leaks",
+    "audit/events": "list: checked for leaks",
+    "kms/keys": "list: checked for leaks",
+}
+
+
+@pytest.fixture
+def world(alice: Person, runtime) -> dict:
+    session_id = open_session(alice)
+    model_id = create_model(alice, runtime, session_id)
+    r = alice.post("save_weights_for_sampler", {"model_id": model_id, "seq_id": 1, "path": "s1"})
+    save = r.json()
+    runtime.drain()
+    path = alice.post("retrieve_future", {"request_id": save["request_id"]}).json()["path"]
+    sampler = alice.post(
+        "create_sampling_session",
+        {"session_id": session_id, "sampling_session_seq_id": 0, "model_path": path},
+    ).json()["sampling_session_id"]
+    alice.post("iam/roles", {"name": "secret-role"})
+    key = alice.post("iam/api-keys", {"name": "k"}).json()["prefix"]
+    kms_key = alice.post("kms/keys", {"description": "alice's"}).json()
+    return {
+        "session": session_id,
+        "model": model_id,
+        "path": path,
+        "sampler": sampler,
+        "request": save["request_id"],
+        "key": key,
+        "kms": kms_key.get("key_id") or kms_key.get("id"),
+        "kms_arn": kms_key.get("arn"),
+        "account": alice.tenant.account_id,
+    }
+
+
+def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
+    """route → (method, concrete path, JSON body) that name alice's things."""
+    m, s = w["model"], w["session"]
+    return {
+        "session_heartbeat": [("post", "session_heartbeat", {"session_id": s})],
+        "sessions/<str:session_id>": [("get", f"sessions/{s}", None)],
+        "sessions/<str:session_id>/stop": [("post", f"sessions/{s}/stop", {})],
+        "create_model": [
+            ("post", "create_model", {"session_id": s, "model_seq_id": 5, "base_model": TINY})
+        ],
+        "get_info": [("post", "get_info", {"model_id": m})],
+        "unload_model": [("post", "unload_model", {"model_id": m})],
+        "weights_info": [("post", "weights_info", {"tinker_path": w["path"]})],
+        "training_runs/<str:model_id>": [("get", f"training_runs/{m}", None)],
+        "training_runs/<str:model_id>/checkpoints": [
+            ("get", f"training_runs/{m}/checkpoints", None)
+        ],
+        "forward": [
+            (
+                "post",
+                "forward",
+                {
+                    "model_id": m,
+                    "seq_id": 2,
+                    "forward_input": {"data": [datum([1, 2])], "loss_fn": "cross_entropy"},
+                },
+            )
+        ],
+        "forward_backward": [("post", "forward_backward", fwdbwd(m, 2, [datum([1, 2])]))],
+        "optim_step": [
+            (
+                "post",
+                "optim_step",
+                {"model_id": m, "seq_id": 2, "adam_params": {"learning_rate": 0.1}},
+            )
+        ],
+        "save_weights": [("post", "save_weights", {"model_id": m, "seq_id": 2, "path": "x"})],
+        "save_weights_for_sampler": [
+            ("post", "save_weights_for_sampler", {"model_id": m, "seq_id": 2, "path": "y"})
+        ],
+        "load_weights": [
+            (
+                "post",
+                "load_weights",
+                {"model_id": m, "seq_id": 2, "path": w["path"], "optimizer": False},
+            )
+        ],
+        "create_sampling_session": [
+            (
+                "post",
+                "create_sampling_session",
+                {"session_id": s, "sampling_session_seq_id": 9, "model_path": w["path"]},
+            )
+        ],
+        "asample": [
+            (
+                "post",
+                "asample",
+                {
+                    "sampling_session_id": w["sampler"],
+                    "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1]}]},
+                    "sampling_params": {"max_tokens": 2},
+                },
+            )
+        ],
+        "samplers/<str:sampler_id>": [("get", f"samplers/{w['sampler']}", None)],
+        "retrieve_future": [("post", "retrieve_future", {"request_id": w["request"]})],
+        "iam/users/<str:username>": [
+            ("get", "iam/users/alice@example.com", None),
+            ("patch", "iam/users/alice@example.com", {"role": "member"}),
+            ("delete", "iam/users/alice@example.com", None),
+        ],
+        "iam/users/<str:username>/policies/<str:policy_name>": [
+            (
+                "put",
+                "iam/users/alice@example.com/policies/p",
+                {
+                    "document": {
+                        "Version": "2012-10-17",
+                        "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+                    }
+                },
+            ),
+        ],
+        "iam/api-keys/<str:prefix>/revoke": [("post", f"iam/api-keys/{w['key']}/revoke", {})],
+        "iam/roles/<str:name>": [
+            ("get", "iam/roles/secret-role", None),
+            ("delete", "iam/roles/secret-role", None),
+        ],
+        "iam/roles/<str:name>/trust-policy": [
+            ("put", "iam/roles/secret-role/trust-policy", {"trust_policy": {}})
+        ],
+        "iam/roles/<str:name>/policies": [("get", "iam/roles/secret-role/policies", None)],
+        "iam/roles/<str:name>/policies/<str:policy_name>": [
+            ("get", "iam/roles/secret-role/policies/sessions", None)
+        ],
+        "kms/keys/<path:key_id>": [
+            ("get", f"kms/keys/{w['kms']}", None),
+            ("get", f"kms/keys/{w['kms_arn']}", None),
+        ],
+        "kms/keys/<path:key_id>/disable": [("post", f"kms/keys/{w['kms']}/disable", {})],
+        "kms/keys/<path:key_id>/enable": [("post", f"kms/keys/{w['kms']}/enable", {})],
+        "kms/keys/<path:key_id>/schedule-deletion": [
+            ("post", f"kms/keys/{w['kms']}/schedule-deletion", {})
+        ],
+        "kms/keys/<path:key_id>/cancel-deletion": [
+            ("post", f"kms/keys/{w['kms']}/cancel-deletion", {})
+        ],
+        "kms/keys/<path:key_id>/rotate": [("post", f"kms/keys/{w['kms']}/rotate", {})],
+    }
+
+
+def test_every_route_is_covered(world) -> None:
+    routes = {str(p.pattern) for p in urlpatterns}
+    covered = set(probes(world)) | set(NOT_TENANT_SCOPED)
+    assert routes <= covered, f"add a cross-tenant probe for {sorted(routes - covered)}"
+
+
+def test_charlie_gets_404_for_everything_of_alices(world, alice: Person, charlie: Person) -> None:
+    for route, calls in probes(world).items():
+        for method, path, body in calls:
+            r = getattr(charlie.client, method)(f"/api/v1/{path}", body, format="json")
+            assert r.status_code == 404, (route, method, r.status_code, r.content)
+    # and alice's things are untouched
+    assert alice.get(f"sessions/{world['session']}").json()["state"] == "active"
+    assert alice.get("iam/roles/secret-role").status_code == 200
+
+
+def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
+    for path in (
+        "sessions",
+        "training_runs",
+        "iam/users",
+        "iam/api-keys",
+        "iam/roles",
+        "audit/events",
+        "kms/keys",
+    ):
+        r = charlie.get(path)
+        assert r.status_code == 200, (path, r.content)
+        text = r.content.decode()
+        for value in (
+            world["session"],
+            world["model"],
+            world["key"],
+            "secret-role",
+            "alice@example.com",
+            world["account"],
+        ):
+            assert value not in text, (path, value)
