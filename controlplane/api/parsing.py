@@ -65,3 +65,19 @@ def text(body: dict, name: str, limit: int, *, required: bool = True, default: s
     if len(value) > limit:
         raise DomainError(f"{name}: at most {limit} characters", field=name)
     return value
+
+
+def query_int(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
+    """An integer query parameter within [low, high] (400 naming it otherwise)."""
+    from controlplane.errors import DomainError
+
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DomainError(f"{name}: must be an integer", field=name) from None
+    if not low <= value <= high:
+        raise DomainError(f"{name}: between {low} and {high}", field=name)
+    return value

@@ -62,6 +62,7 @@ urlpatterns = [
     path("iam/roles/<str:name>/policies", iam_roles.role_policies),
     path("iam/roles/<str:name>/policies/<str:policy_name>", iam_roles.role_policy),
     path("audit/events", audit.events),
+    path("vpc/subnets", meta.subnets),
     # KMS keys: <key_id> is the key's id, its URL-encoded ARN, or its alias (alias/...)
     path("kms/keys", kms.keys),
     path("kms/keys/<path:key_id>/disable", kms.key_disable),

@@ -110,6 +110,9 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
     "audit": [
         ("LookupEvents", "*", "Search the account's audit trail"),
     ],
+    "vpc": [
+        ("ListSubnets", "*", "List the subnets registered to the account"),
+    ],
     "sts": [
         ("AssumeRole", "role", "Obtain credentials of a role (checked against its trust policy)"),
     ],

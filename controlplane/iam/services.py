@@ -113,50 +113,39 @@ def role_delete(*, role: Role) -> None:
     role.delete()  # its API keys go with it; sessions already running keep their ARN
 
 
-@transaction.atomic
-def role_policy_put(*, role: Role, name: str, document: Any) -> RolePolicy:
+def _inline_policy_put(policies, owner: str, name: str, document: Any):
+    """Add or replace one inline policy in ``policies`` (a role's or a member's related set)."""
     name = _name(name, POLICY_NAME, "policy_name", "policy name")
     checked = policy_validate(document, kind="permission", field="document")
-    if (
-        not role.policies.filter(name=name).exists()
-        and role.policies.count() >= MAX_INLINE_POLICIES
-    ):
-        raise DomainError(
-            f"policy_name: a role has at most {MAX_INLINE_POLICIES} inline policies",
-            field="policy_name",
-        )
-    policy, _ = RolePolicy.objects.update_or_create(
-        role=role, name=name, defaults={"document": checked.to_dict()}
-    )
+    with transaction.atomic():
+        if not policies.filter(name=name).exists() and policies.count() >= MAX_INLINE_POLICIES:
+            raise DomainError(
+                f"policy_name: a {owner} has at most {MAX_INLINE_POLICIES} inline policies",
+                field="policy_name",
+            )
+        policy, _ = policies.update_or_create(name=name, defaults={"document": checked.to_dict()})
     return policy
+
+
+def _inline_policy_delete(policies, name: str) -> None:
+    if not policies.filter(name=name).delete()[0]:
+        raise NotFound(f"policy_name: no policy {name!r}", field="policy_name")
+
+
+def role_policy_put(*, role: Role, name: str, document: Any) -> RolePolicy:
+    return _inline_policy_put(role.policies, "role", name, document)
 
 
 def role_policy_delete(*, role: Role, name: str) -> None:
-    if not role.policies.filter(name=name).delete()[0]:
-        raise NotFound(f"policy_name: no policy {name!r} on {role.name}", field="policy_name")
+    _inline_policy_delete(role.policies, name)
 
 
-@transaction.atomic
 def user_policy_put(*, membership: Membership, name: str, document: Any) -> UserPolicy:
-    name = _name(name, POLICY_NAME, "policy_name", "policy name")
-    checked = policy_validate(document, kind="permission", field="document")
-    if (
-        not membership.policies.filter(name=name).exists()
-        and membership.policies.count() >= MAX_INLINE_POLICIES
-    ):
-        raise DomainError(
-            f"policy_name: a user has at most {MAX_INLINE_POLICIES} inline policies",
-            field="policy_name",
-        )
-    policy, _ = UserPolicy.objects.update_or_create(
-        membership=membership, name=name, defaults={"document": checked.to_dict()}
-    )
-    return policy
+    return _inline_policy_put(membership.policies, "user", name, document)
 
 
 def user_policy_delete(*, membership: Membership, name: str) -> None:
-    if not membership.policies.filter(name=name).delete()[0]:
-        raise NotFound(f"policy_name: no policy {name!r}", field="policy_name")
+    _inline_policy_delete(membership.policies, name)
 
 
 def role_trusts(role: Role, principal: str) -> bool:

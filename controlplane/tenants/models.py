@@ -106,3 +106,13 @@ class LoginFailure(models.Model):
     email = models.CharField(max_length=254, db_index=True)
     source_ip = models.GenericIPAddressField(null=True)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+
+class Subnet(models.Model):
+    """A subnet of a tenant's VPC that the operator has connected workers to. Only sessions of
+    that tenant may name it in ``vpc_config``."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="subnets")
+    subnet_id = models.CharField(max_length=32, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)

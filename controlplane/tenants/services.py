@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, NotFound
 
-from .models import ApiKey, Invitation, Membership, Tenant
+from .models import ApiKey, Invitation, Membership, Subnet, Tenant
 
 KEY_PREFIX = "tml-"  # the official tinker SDK only accepts keys that start with it
 MAX_KEY_DAYS = 3650
@@ -212,3 +212,33 @@ def api_key_touch(*, key: ApiKey) -> None:
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
         key.last_used_at = now
+
+
+def subnet_register(*, tenant: Tenant, subnet_id: str, description: str = "") -> Subnet:
+    """Record that ``subnet_id`` is ``tenant``'s (operators do this when they connect workers)."""
+    from loopwright.types.vpc import SUBNET_ID_PATTERN as SUBNET_ID
+
+    if not SUBNET_ID.fullmatch(subnet_id or ""):
+        raise DomainError(f"subnet_id: {subnet_id!r} is not a subnet id", field="subnet_id")
+    try:
+        with transaction.atomic():
+            return Subnet.objects.create(
+                tenant=tenant, subnet_id=subnet_id, description=description[:200]
+            )
+    except IntegrityError:
+        raise Conflict(f"{subnet_id} is already registered", field="subnet_id") from None
+
+
+def subnet_deregister(*, tenant: Tenant, subnet_id: str) -> None:
+    if not Subnet.objects.filter(tenant=tenant, subnet_id=subnet_id).delete()[0]:
+        raise NotFound(f"subnet_id: {subnet_id} is not registered", field="subnet_id")
+
+
+def subnets_not_owned(*, tenant: Tenant, subnet_ids: list[str]) -> list[int]:
+    """Positions of the subnets in ``subnet_ids`` that are not ``tenant``'s."""
+    owned = set(
+        Subnet.objects.filter(tenant=tenant, subnet_id__in=subnet_ids).values_list(
+            "subnet_id", flat=True
+        )
+    )
+    return [i for i, s in enumerate(subnet_ids) if s not in owned]

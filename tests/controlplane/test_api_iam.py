@@ -391,3 +391,15 @@ def test_the_session_role_must_be_allowed_to_use_the_checkpoint_key(alice: Perso
     r = alice.post("save_weights", {"model_id": model_id, "seq_id": 2, "path": "s"})
     assert r.status_code == 200, r.content
     assert result(alice, runtime, r.json())["path"].endswith("/weights/s")
+
+
+def test_list_paging_parameters_are_checked(alice: Person) -> None:
+    for path, name, bad in [
+        ("sessions", "limit", "0"),
+        ("sessions", "offset", "x"),
+        ("training_runs", "limit", "5000"),
+        ("training_runs", "offset", "-1"),
+        ("audit/events", "limit", "abc"),
+    ]:
+        r = alice.get(path, {name: bad})
+        assert r.status_code == 400 and r.json()["field"] == name, (path, name, r.content)

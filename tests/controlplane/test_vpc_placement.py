@@ -35,6 +35,15 @@ SG_2 = "sg-89abcdef"
 VPC_B = {"subnets": [SUBNET_B], "security_group_ids": [SG_1]}
 
 
+@pytest.fixture(autouse=True)
+def _alices_subnets(people) -> None:
+    """The operator has connected workers to alice's VPC: its subnets are hers."""
+    from controlplane.tenants.services import subnet_register
+
+    for subnet in (SUBNET_A, SUBNET_B, SUBNET_C):
+        subnet_register(tenant=people[0].tenant, subnet_id=subnet)
+
+
 @pytest.fixture
 def add_worker(db, tiny_host_factory):
     """Start another in-process worker on the tiny model, reaching the networks given."""
@@ -407,3 +416,21 @@ def test_charlie_cannot_see_a_waiting_session_or_model(alice, charlie, runtime) 
     assert charlie.post("unload_model", {"model_id": mid}).status_code == 404
     assert charlie.post("forward_backward", fwdbwd(mid, 1, [datum([1])])).status_code == 404
     assert info(alice, mid)["placement"] == "waiting_for_network"  # untouched
+
+
+def test_a_session_names_only_its_own_tenants_subnets(alice, charlie) -> None:
+    r = charlie.post(
+        "create_session",
+        {"tags": [], "sdk_version": "t", "role_arn": charlie.role_arn, "vpc_config": VPC_B},
+    )
+    assert r.status_code == 400 and r.json()["field"] == "vpc_config.subnets[0]"
+    assert "not registered to this account" in r.json()["detail"]
+    unknown = {"subnets": [SUBNET_A, "subnet-0f0f0f0f"], "security_group_ids": [SG_1]}
+    r = alice.post(
+        "create_session",
+        {"tags": [], "sdk_version": "t", "role_arn": alice.role_arn, "vpc_config": unknown},
+    )
+    assert r.status_code == 400 and r.json()["field"] == "vpc_config.subnets[1]"
+    listed = [s["subnet_id"] for s in alice.get("vpc/subnets").json()["subnets"]]
+    assert sorted(listed) == sorted([SUBNET_A, SUBNET_B, SUBNET_C])
+    assert charlie.get("vpc/subnets").json()["subnets"] == []

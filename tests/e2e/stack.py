@@ -130,6 +130,10 @@ class Stack:
         with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
             conn.execute(sql)
 
+    def manage(self, *args: str) -> str:
+        """Run a management command against this stack's database; its stdout."""
+        return self._manage(*args)
+
     def role_key(self, who: str) -> str:
         """An API key that acts as ``who``'s session role (what the official tinker SDK uses)."""
         return self._manage(

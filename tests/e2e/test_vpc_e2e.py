@@ -29,6 +29,9 @@ def vpc_stack(tmp_path_factory):
         f"vpc-b-{suffix}": ["--subnet", SUBNET_B, "--security-group", SG],
     }
     stack = Stack("postgres-redis", tmp_path_factory.mktemp("vpc"), workers=workers).start()
+    # the operator registers alice's subnets, as when connecting workers to her VPC
+    subnets = [arg for s in (SUBNET_A, SUBNET_B, SUBNET_C) for arg in ("--add", s)]
+    stack.manage("vpc_subnets", "--account", stack.accounts["alice"], *subnets)
     try:
         yield stack
     finally:

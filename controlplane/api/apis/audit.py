@@ -11,7 +11,7 @@ from controlplane.audit.models import AuditEvent
 from controlplane.audit.selectors import audit_events
 from controlplane.errors import DomainError
 
-from ..parsing import allow, tenant_of
+from ..parsing import allow, query_int, tenant_of
 
 MAX_LIMIT = 1000
 
@@ -45,19 +45,6 @@ def _when(request: Request, name: str):
     return value
 
 
-def _int(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise DomainError(f"{name}: must be an integer", field=name) from None
-    if not low <= value <= high:
-        raise DomainError(f"{name}: between {low} and {high}", field=name)
-    return value
-
-
 @api_view(["GET"])
 def events(request: Request) -> Response:
     allow(request, "audit:LookupEvents")
@@ -65,7 +52,7 @@ def events(request: Request) -> Response:
     allowed = {"true": True, "false": False}.get((q.get("allowed") or "").lower())
     if q.get("allowed") and allowed is None:
         raise DomainError("allowed: true or false", field="allowed")
-    limit = _int(request, "limit", 100, 1, MAX_LIMIT)
+    limit = query_int(request, "limit", 100, 1, MAX_LIMIT)
     found = list(
         audit_events(
             tenant=tenant_of(request),
@@ -75,7 +62,7 @@ def events(request: Request) -> Response:
             allowed=allowed,
             since=_when(request, "since"),
             until=_when(request, "until"),
-            before_id=_int(request, "before_id", None, 1, 2**62),
+            before_id=query_int(request, "before_id", None, 1, 2**62),
         )[: limit + 1]
     )
     more = len(found) > limit

@@ -8,6 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.fleet.selectors import base_model_get, served_base_models
+from controlplane.tenants.models import Subnet
 from controlplane.training_sessions.errors import NotFound
 from loopwright.types import (
     ClientConfigResponse,
@@ -74,3 +75,13 @@ def tokenizer(request: Request) -> Response:
 def telemetry(request: Request) -> Response:
     """The official SDK reports client telemetry here; accepted and not stored."""
     return Response({"status": "accepted"})
+
+
+@api_view(["GET"])
+def subnets(request: Request) -> Response:
+    """The subnets of the caller's VPC that sessions may name in ``vpc_config``."""
+    allow(request, "vpc:ListSubnets")
+    found = Subnet.objects.filter(tenant=request.user.tenant).order_by("subnet_id")
+    return Response(
+        {"subnets": [{"subnet_id": s.subnet_id, "description": s.description} for s in found]}
+    )

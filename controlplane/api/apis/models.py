@@ -19,7 +19,7 @@ from loopwright.types import (
     WeightsInfoRequest,
 )
 
-from ..parsing import allow, parse, tenant_of
+from ..parsing import allow, parse, query_int, tenant_of
 
 
 def future(op, model_id: str | None = None) -> Response:
@@ -150,8 +150,8 @@ def run_json(m: TrainingModel) -> dict:
 
 @api_view(["GET"])
 def training_runs(request: Request) -> Response:
-    limit = min(int(request.query_params.get("limit", 20) or 20), 1000)
-    offset = int(request.query_params.get("offset", 0) or 0)
+    limit = query_int(request, "limit", 20, 1, 1000)
+    offset = query_int(request, "offset", 0, 0, 2**31)
     tenant = tenant_of(request)
     allow(request, "sessions:ListTrainingSessions")
     runs = selectors.model_list(tenant=tenant, limit=limit, offset=offset)

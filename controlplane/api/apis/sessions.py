@@ -14,7 +14,7 @@ from controlplane.training_sessions.models import Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
-from ..parsing import allow, parse, principal_of, tenant_of
+from ..parsing import allow, parse, principal_of, query_int, tenant_of
 from .models import placement_json
 
 
@@ -89,8 +89,8 @@ def session_list(request: Request) -> Response:
     allow(request, "sessions:ListTrainingSessions")
     found = selectors.session_list(
         tenant=tenant_of(request),
-        limit=_int(request, "limit", 100),
-        offset=_int(request, "offset", 0),
+        limit=query_int(request, "limit", 100, 1, 1000),
+        offset=query_int(request, "offset", 0, 0, 2**31),
     )
     # ``sessions`` (ids) is what the official SDK reads; ``session_infos`` has the details.
     return Response(
@@ -112,18 +112,3 @@ def session_stop(request: Request, session_id: str) -> Response:
     return Response(
         session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id))
     )
-
-
-def _int(request: Request, name: str, default: int) -> int:
-    from controlplane.training_sessions.errors import SessionError
-
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise SessionError(f"{name} must be an integer", field=name) from None
-    if value < 0 or (name == "limit" and not 1 <= value <= 1000):
-        raise SessionError(f"{name} is out of range", field=name)
-    return value

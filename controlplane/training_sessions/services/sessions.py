@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from controlplane.kms import services as kms
 from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import subnets_not_owned
 from loopwright.types import VpcConfig
 
 from ..errors import Gone, SessionError
@@ -40,6 +41,7 @@ def session_create(
         platform["kms_key_arn"] = kms.session_key(tenant=tenant, ref=platform["kms_key_arn"]).arn
     if "vpc_config" in platform:
         platform["vpc_config"] = vpc_config_checked(platform["vpc_config"])
+        _require_own_subnets(tenant, platform["vpc_config"]["subnets"])
     return Session.objects.create(
         tenant=tenant,
         name=name or "",
@@ -49,6 +51,18 @@ def session_create(
         platform=platform,
         last_heartbeat_at=timezone.now(),
     )
+
+
+def _require_own_subnets(tenant: Tenant, subnets: list[str]) -> None:
+    """A session may only name its own tenant's subnets (another's looks unregistered)."""
+    foreign = subnets_not_owned(tenant=tenant, subnet_ids=subnets)
+    if foreign:
+        i = foreign[0]
+        raise SessionError(
+            f"vpc_config.subnets[{i}]: {subnets[i]} is not registered to this account "
+            "(operators register a tenant's subnets with manage.py vpc_subnets)",
+            field=f"vpc_config.subnets[{i}]",
+        )
 
 
 def vpc_config_checked(value) -> dict:
