@@ -57,7 +57,9 @@ def in_process(n: int) -> list[float]:
 def through_service(backend: str, n: int) -> list[float]:
     stack = Stack(backend, Path(tempfile.mkdtemp(prefix="lw-bench-"))).start()
     try:
-        with ServiceClient(base_url=stack.url, api_key=stack.keys["alice"]) as svc:
+        with ServiceClient(
+            base_url=stack.url, api_key=stack.keys["alice"], role_arn=stack.roles["alice"]
+        ) as svc:
             tc = svc.create_lora_training_client(TINY, rank=8, seed=0)
             data = [datum()]
             return time_calls(
