@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "controlplane.fleet",
     "controlplane.training_sessions",
     "controlplane.kms",
+    "controlplane.registry",
     "controlplane.api",
     "web",
 ]
@@ -103,6 +104,9 @@ SESSION_COOKIE_SAMESITE = "Lax"
 BROKER_URL = env.str("LOOPWRIGHT_BROKER_URL", default="filesystem://")
 BROKER_DIR = DATA_DIR / "broker"
 STORAGE_DIR = Path(env.str("LOOPWRIGHT_STORAGE_DIR", default=str(DATA_DIR / "storage")))
+# Sessions with an s3_output_path keep their checkpoints there; credentials: the AWS chain.
+S3_ENDPOINT_URL = env.str("LOOPWRIGHT_S3_ENDPOINT_URL", default="") or None
+S3_REGION = env.str("LOOPWRIGHT_S3_REGION", default="us-east-1")
 MAX_REQUEST_BYTES = env.int("LOOPWRIGHT_MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)

@@ -2,7 +2,8 @@
 
 Pure translation between wire JSON and engine calls: no Django, no Celery. Engine errors that
 mean bad input are ``user`` errors; anything else is a ``server`` error. Checkpoints pass through
-a ``Vault``: sealed on the way to storage, opened into scratch on the way back.
+a ``Vault``: sealed in scratch and uploaded with a manifest; fetched, verified and opened into
+scratch on the way back.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from controlplane.storage import as_uri, location
 from loopwright.types import AdamParams, ForwardBackwardInput, ModelInput, SamplingParams
 
+from . import checkpoint_storage as stored
 from .engine import checkpoints
 from .engine.adapters import AdapterConfig
 from .engine.errors import EngineError
@@ -75,7 +78,7 @@ def run_training(
         load = plan["load"]
         optimizer = bool(load["optimizer"])
         skip = () if optimizer else (checkpoints.OPTIMIZER_FILE,)
-        with _opened(Path(load["storage_path"]), load.get("sealing"), vault, skip) as folder:
+        with _opened(load, vault, skip) as folder:  # verified and opened before the model changes
             host.load_state(adapter, folder, optimizer=optimizer)
         return {"path": load["tinker_path"], "model_id": adapter, "type": "load_weights"}
     if kind == "unload_model":
@@ -96,15 +99,7 @@ def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | N
         if spec.get("merge"):
             result["_merged_path"] = str(host.export_merged(adapter, merged))
     else:
-        vault = _need(vault)
-        vault.usable_key(sealing, f"saving {spec['tinker_path']}")  # refuse before any work
-        with vault.scratch() as scratch:
-            host.save_state(adapter, scratch / "state", optimizer=training)
-            result["_plaintext_bytes"] = vault.seal_folder(scratch / "state", storage, sealing)
-            if spec.get("merge"):
-                host.export_merged(adapter, scratch / "merged")
-                vault.seal_folder(scratch / "merged", merged, sealing, prefix="merged/")
-                result["_merged_path"] = str(merged)
+        result.update(_save_sealed(host, adapter, spec, training, _need(vault)))
     if plan.get("sampler_id"):
         result.update(path=None, sampling_session_id=plan["sampler_id"])
     else:
@@ -112,15 +107,48 @@ def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | N
     return result
 
 
+def _save_sealed(host: ModelHost, adapter: str, spec: dict, training: bool, vault: Vault) -> dict:
+    """Save into scratch, seal everything there, then upload: the checkpoint, then its merge."""
+    sealing, resource = spec["sealing"], spec["tinker_path"]
+    uri = spec.get("storage_uri") or as_uri(spec["storage_path"])
+    vault.usable_key(sealing, f"saving {resource}")  # refuse before any work
+    with vault.scratch() as scratch:
+        host.save_state(adapter, scratch / "state", optimizer=training)
+        size = vault.seal_folder(scratch / "state", scratch / "sealed", sealing)
+        if spec.get("merge"):
+            host.export_merged(adapter, scratch / "merged")
+            vault.seal_folder(
+                scratch / "merged", scratch / "sealed-merged", sealing, prefix="merged/"
+            )
+        result = {
+            "_plaintext_bytes": size,
+            "_manifest": stored.upload(vault, scratch / "sealed", uri, resource),
+        }
+        if spec.get("merge"):
+            merged_uri = uri + ".merged"
+            result["_merged_manifest"] = stored.upload(
+                vault, scratch / "sealed-merged", merged_uri, resource
+            )
+            result["_merged_path"] = location(merged_uri)
+    return result
+
+
 @contextmanager
-def _opened(
-    storage: Path, sealing: dict | None, vault: Vault | None, skip: tuple[str, ...] = ()
-) -> Iterator[Path]:
-    """A checkpoint folder the engine can read: opened into scratch if sealed."""
+def _opened(spec: dict, vault: Vault | None, skip: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A checkpoint folder the engine can read: fetched, verified and opened into scratch.
+
+    ``spec`` holds ``storage_uri``, ``manifest`` and ``sealing``; checkpoints saved before
+    manifests were kept are read from their local ``storage_path``.
+    """
+    sealing, manifest = spec.get("sealing"), spec.get("manifest")
     if sealing is None:  # saved before checkpoints were sealed
-        yield storage
+        yield Path(spec["storage_path"])
         return
-    with _need(vault).opened(storage, sealing, skip=skip) as plain:
+    if manifest is None:  # sealed, saved before storage kept manifests: a local folder
+        with _need(vault).opened(Path(spec["storage_path"]), sealing, skip=skip) as plain:
+            yield plain
+        return
+    with stored.fetched(_need(vault), spec["storage_uri"], manifest, sealing, skip=skip) as plain:
         yield plain
 
 
@@ -152,17 +180,10 @@ class SamplerAdapters:
         self.limit = limit
         self._order: OrderedDict[str, None] = OrderedDict()
 
-    def ensure(
-        self,
-        host: ModelHost,
-        adapter: str,
-        storage_path: str,
-        sealing: dict | None = None,
-        vault: Vault | None = None,
-    ) -> None:
+    def ensure(self, host: ModelHost, adapter: str, spec: dict, vault: Vault | None = None) -> None:
+        """Load ``adapter`` from the saved weights ``spec`` describes, unless it is loaded."""
         if not host.has_adapter(adapter):
-            skip = (checkpoints.OPTIMIZER_FILE,)
-            with _opened(Path(storage_path), sealing, vault, skip) as folder:
+            with _opened(spec, vault, (checkpoints.OPTIMIZER_FILE,)) as folder:
                 host.load_adapter_from(adapter, folder)
         self._order[adapter] = None
         self._order.move_to_end(adapter)
@@ -219,5 +240,5 @@ def _sampler_adapter(
     """The adapter to sample with; saved sampler weights are loaded on first use."""
     adapter = plan.get("adapter")
     if adapter is not None and plan.get("storage_path"):
-        samplers.ensure(host, adapter, plan["storage_path"], plan.get("sealing"), vault)
+        samplers.ensure(host, adapter, plan, vault)
     return adapter

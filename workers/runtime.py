@@ -22,6 +22,7 @@ from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.training_sessions.services import execution, placement
+from controlplane.training_sessions.services.storage import storage_at
 
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
@@ -197,11 +198,13 @@ class WorkerRuntime:
         return outcome
 
     def vault(self, tenant_id) -> Vault:
-        """Seals and opens checkpoints with the tenant's keys, as the database holds them now."""
+        """Seals and opens checkpoints with the tenant's keys, as the database holds them now;
+        storage (S3 endpoint and region) as this worker's settings say."""
         return Vault(
             lookup=lambda arn: key_ref_by_arn(tenant_id=tenant_id, arn=arn),
             provider=kms_providers.provider,
             scratch_root=self.settings.scratch_dir,
+            stores=storage_at,
         )
 
     @staticmethod

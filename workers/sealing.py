@@ -21,6 +21,7 @@ from controlplane.kms.keyring import (
     TamperedError,
     ensure_usable,
 )
+from controlplane.storage import Storage, storage_for
 
 from .engine.errors import CheckpointError, EngineError
 
@@ -52,12 +53,13 @@ class Vault:
 
     ``lookup`` returns the tenant's key by ARN (raising ``KeyNotFoundError`` for any other);
     ``provider`` gives the provider for a key; scratch folders go under ``scratch_root``
-    (the system temporary directory when None).
+    (the system temporary directory when None); ``stores`` gives the storage at a URI.
     """
 
     lookup: Callable[[str], KeyRef]
     provider: Callable[[KeyRef], KeyProvider]
     scratch_root: Path | None = None
+    stores: Callable[[str], Storage] = storage_for
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Path]:

@@ -11,6 +11,7 @@ from .apis import (
     kms,
     meta,
     models,
+    registry,
     sampling,
     sessions,
     training,
@@ -63,6 +64,7 @@ urlpatterns = [
     path("iam/roles/<str:name>/policies/<str:policy_name>", iam_roles.role_policy),
     path("audit/events", audit.events),
     path("vpc/subnets", meta.subnets),
+    path("storage/locations", meta.storage_locations),
     # KMS keys: <key_id> is the key's id, its URL-encoded ARN, or its alias (alias/...)
     path("kms/keys", kms.keys),
     path("kms/keys/<path:key_id>/disable", kms.key_disable),
@@ -71,4 +73,10 @@ urlpatterns = [
     path("kms/keys/<path:key_id>/cancel-deletion", kms.key_cancel_deletion),
     path("kms/keys/<path:key_id>/rotate", kms.key_rotate),
     path("kms/keys/<path:key_id>", kms.key),
+    # the model package registry: every saved checkpoint is a version of a group
+    path("registry/model-package-groups", registry.groups),
+    path("registry/model-package-groups/<str:name>", registry.group),
+    path("registry/model-package-groups/<str:name>/versions", registry.versions),
+    path("registry/model-package-groups/<str:name>/versions/<int:version>", registry.version),
+    path("registry/model-packages/by-path", registry.version_by_path),
 ]

@@ -1,6 +1,6 @@
-"""Periodic housekeeping: expire idle sessions (their models are unloaded) and old checkpoints,
-delete KMS keys past their deletion date, place models that wait for a worker, prune the audit log
-and old failed logins."""
+"""Periodic housekeeping: expire idle sessions (their models are unloaded), old checkpoints and
+their model package versions, delete KMS keys past their deletion date, place models that wait for
+a worker, prune the audit log and old failed logins."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db import close_old_connections
 
 from controlplane.audit.services import audit_prune
 from controlplane.kms.services import keys_purge
+from controlplane.registry.services import packages_expire
 from controlplane.tenants.logins import login_failures_prune
 from controlplane.training_sessions.services.placement import models_place_waiting
 from controlplane.training_sessions.services.retention import checkpoints_expire
@@ -26,6 +27,9 @@ def sweep() -> dict:
     checkpoints = checkpoints_expire()
     if checkpoints:
         log.info("deleted %d expired checkpoints", len(checkpoints))
+    packages = packages_expire()
+    if packages:
+        log.info("deleted %d expired model package versions", len(packages))
     keys = keys_purge()
     if keys:
         log.info("deleted %d KMS keys past their deletion date: %s", len(keys), ", ".join(keys))
@@ -40,6 +44,7 @@ def sweep() -> dict:
         "pruned_audit_events": pruned,
         "expired_sessions": expired,
         "expired_checkpoints": checkpoints,
+        "expired_packages": packages,
         "deleted_keys": keys,
         "placed_models": placed,
     }

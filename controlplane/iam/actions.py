@@ -113,6 +113,9 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
     "vpc": [
         ("ListSubnets", "*", "List the subnets registered to the account"),
     ],
+    "storage": [
+        ("ListLocations", "*", "List the S3 locations the account's sessions may write to"),
+    ],
     "sts": [
         ("AssumeRole", "role", "Obtain credentials of a role (checked against its trust policy)"),
     ],

@@ -33,3 +33,11 @@ def user_arn(tenant: Tenant, username: str) -> str:
 
 def api_key_arn(tenant: Tenant, prefix: str) -> str:
     return build_arn("iam", tenant.account_id, "api-key", prefix)
+
+
+def model_package_group_arn(tenant: Tenant, name: str) -> str:
+    return build_arn("registry", tenant.account_id, "model-package-group", name)
+
+
+def model_package_arn(tenant: Tenant, group: str, version: int | str) -> str:
+    return build_arn("registry", tenant.account_id, "model-package", f"{group}/{version}")

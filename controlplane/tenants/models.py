@@ -116,3 +116,14 @@ class Subnet(models.Model):
     subnet_id = models.CharField(max_length=32, unique=True)
     description = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+
+
+class StorageLocation(models.Model):
+    """An S3 location (``s3://bucket[/prefix]``) the operator has set up for a tenant. A
+    session's ``s3_output_path`` must lie inside one of its tenant's locations, so no tenant can
+    make the service write into a bucket that is not theirs."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="storage_locations")
+    uri = models.CharField(max_length=1024, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)

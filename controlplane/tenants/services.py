@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, NotFound
 
-from .models import ApiKey, Invitation, Membership, Subnet, Tenant
+from .models import ApiKey, Invitation, Membership, StorageLocation, Subnet, Tenant
 
 KEY_PREFIX = "tml-"  # the official tinker SDK only accepts keys that start with it
 MAX_KEY_DAYS = 3650
@@ -242,3 +242,36 @@ def subnets_not_owned(*, tenant: Tenant, subnet_ids: list[str]) -> list[int]:
         )
     )
     return [i for i, s in enumerate(subnet_ids) if s not in owned]
+
+
+def storage_location_register(
+    *, tenant: Tenant, uri: str, description: str = ""
+) -> StorageLocation:
+    """Let ``tenant``'s sessions keep checkpoints under ``uri`` (``s3://bucket[/prefix]``)."""
+    uri = (uri or "").rstrip("/")
+    bucket = uri.removeprefix("s3://").split("/", 1)[0]
+    if not uri.startswith("s3://") or not bucket:
+        raise DomainError(f"uri: {uri!r} is not an s3://bucket[/prefix] location", field="uri")
+    overlapping = StorageLocation.objects.filter(uri__startswith=f"s3://{bucket}").exclude(
+        tenant=tenant
+    )
+    if any(_inside(uri, o.uri) or _inside(o.uri, uri) for o in overlapping):
+        raise Conflict(f"{uri} overlaps another account's location", field="uri")
+    location, _ = StorageLocation.objects.get_or_create(
+        tenant=tenant, uri=uri, defaults={"description": description[:200]}
+    )
+    return location
+
+
+def storage_location_deregister(*, tenant: Tenant, uri: str) -> None:
+    if not StorageLocation.objects.filter(tenant=tenant, uri=uri.rstrip("/")).delete()[0]:
+        raise NotFound(f"uri: {uri} is not registered", field="uri")
+
+
+def storage_location_owned(*, tenant: Tenant, uri: str) -> bool:
+    """Whether ``uri`` lies inside one of ``tenant``'s registered locations."""
+    return any(_inside(uri, loc) for loc in tenant.storage_locations.values_list("uri", flat=True))
+
+
+def _inside(uri: str, location: str) -> bool:
+    return uri == location or uri.startswith(location + "/")

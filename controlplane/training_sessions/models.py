@@ -120,7 +120,7 @@ class SamplingSession(models.Model):
     sampling_session_seq_id = models.IntegerField(null=True)
     base_model = models.CharField(max_length=200)
     model_path = models.CharField(max_length=500, blank=True)
-    storage_path = models.CharField(max_length=1000, blank=True)
+    storage_path = models.CharField(max_length=2048, blank=True)
     live_model = models.ForeignKey(
         TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers"
     )
@@ -226,8 +226,14 @@ class Checkpoint(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     name = models.CharField(max_length=200)
     tinker_path = models.CharField(max_length=500, unique=True)
-    storage_path = models.CharField(max_length=1000)
-    merged_path = models.CharField(max_length=1000, blank=True)
+    # a local folder, or the storage URI of a checkpoint kept elsewhere (S3)
+    storage_path = models.CharField(max_length=2048)
+    merged_path = models.CharField(max_length=2048, blank=True)
+    # file:///… or s3://bucket/…; empty for checkpoints saved before (read from storage_path)
+    storage_uri = models.CharField(max_length=2048, blank=True)
+    # {name: {"size", "sha256"}} of the stored (sealed) objects, checked on every fetch
+    manifest = models.JSONField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)  # of the manifest (its canonical JSON)
     size_bytes = models.BigIntegerField(null=True)  # of the files as saved, before sealing
     kms_key_arn = models.CharField(max_length=200, blank=True)  # the key that sealed the files
     lora = models.JSONField()

@@ -69,6 +69,11 @@ def operation_queue_state(op: Operation) -> tuple[str, str | None]:
 
 
 def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
+    """The checkpoint at a ``tinker://`` path, or the one a model package version ARN holds."""
+    if tinker_path.startswith("arn:"):
+        from controlplane.registry.selectors import package_checkpoint_path
+
+        tinker_path = package_checkpoint_path(tenant=tenant, arn=tinker_path, field=field)
     try:
         return Checkpoint.objects.select_related("model").get(
             tenant=tenant, tinker_path=tinker_path

@@ -250,7 +250,8 @@ class ServiceClient:
         return client
 
     def create_training_client_from_state(self, path: str, **options: Any) -> TrainingClient:
-        """A new training client whose adapter is loaded from a training checkpoint.
+        """A new training client whose adapter is loaded from a training checkpoint (its
+        ``tinker://`` path, or the ARN of a model package version that holds one).
 
         The optimizer starts afresh; ``options`` are create_lora_training_client's keywords
         (session name, platform settings, user_metadata).
@@ -268,7 +269,8 @@ class ServiceClient:
     def create_sampling_client(
         self, model_path: str | None = None, base_model: str | None = None
     ) -> SamplingClient:
-        """A sampler on saved sampler weights (``tinker://...``) or on a base model."""
+        """A sampler on saved sampler weights (``tinker://...`` or a model package version's ARN)
+        or on a base model."""
         sampling_session_id = open_sampling_session(
             self._runtime, self._session(), model_path=model_path, base_model=base_model
         )

@@ -382,7 +382,8 @@ def test_the_session_role_must_be_allowed_to_use_the_checkpoint_key(alice: Perso
             "document": {
                 "Version": "2012-10-17",
                 "Statement": [
-                    {"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": "*"}
+                    {"Effect": "Allow", "Action": "kms:GenerateDataKey", "Resource": "*"},
+                    {"Effect": "Allow", "Action": "registry:CreateModelPackage", "Resource": "*"},
                 ],
             }
         },

@@ -6,6 +6,8 @@ with the reason), so a new endpoint cannot ship without its cross-tenant check.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 import pytest
 
 from controlplane.api.urls import urlpatterns
@@ -37,6 +39,8 @@ NOT_TENANT_SCOPED = {
     "audit/events": "list: checked for leaks",
     "kms/keys": "list: checked for leaks",
     "vpc/subnets": "list: checked for leaks",
+    "storage/locations": "list: checked for leaks",
+    "registry/model-package-groups": "list: checked for leaks; create is in the caller's tenant",
 }
 
 
@@ -55,6 +59,8 @@ def world(alice: Person, runtime) -> dict:
     alice.post("iam/roles", {"name": "secret-role"})
     key = alice.post("iam/api-keys", {"name": "k"}).json()["prefix"]
     kms_key = alice.post("kms/keys", {"description": "alice's"}).json()
+    r = alice.post("registry/model-package-groups", {"name": "alice-models"})
+    assert r.status_code == 201, r.content
     return {
         "session": session_id,
         "model": model_id,
@@ -65,6 +71,8 @@ def world(alice: Person, runtime) -> dict:
         "kms": kms_key.get("key_id") or kms_key.get("id"),
         "kms_arn": kms_key.get("arn"),
         "account": alice.tenant.account_id,
+        "group": f"run-{model_id}",  # where the save above was registered, as version 1
+        "named_group": "alice-models",
     }
 
 
@@ -177,6 +185,34 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
             ("post", f"kms/keys/{w['kms']}/cancel-deletion", {})
         ],
         "kms/keys/<path:key_id>/rotate": [("post", f"kms/keys/{w['kms']}/rotate", {})],
+        **registry_probes(w),
+    }
+
+
+def registry_probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
+    groups = "registry/model-package-groups"
+    g, named = w["group"], w["named_group"]
+    version_arn = f"arn:loopwright:registry::{w['account']}:model-package/{g}/1"
+    return {
+        f"{groups}/<str:name>": [
+            ("get", f"{groups}/{g}", None),
+            ("get", f"{groups}/{named}", None),
+            ("delete", f"{groups}/{g}?force=true", None),
+            ("delete", f"{groups}/{named}", None),
+        ],
+        f"{groups}/<str:name>/versions": [
+            ("get", f"{groups}/{g}/versions", None),
+            ("get", f"{groups}/{named}/versions", None),
+        ],
+        f"{groups}/<str:name>/versions/<int:version>": [
+            ("get", f"{groups}/{g}/versions/1", None),
+            ("patch", f"{groups}/{g}/versions/1", {"approval_status": "Approved"}),
+            ("delete", f"{groups}/{g}/versions/1", None),
+        ],
+        "registry/model-packages/by-path": [
+            ("get", f"registry/model-packages/by-path?path={quote(w['path'], safe='')}", None),
+            ("get", f"registry/model-packages/by-path?path={quote(version_arn, safe='')}", None),
+        ],
     }
 
 
@@ -194,6 +230,9 @@ def test_charlie_gets_404_for_everything_of_alices(world, alice: Person, charlie
     # and alice's things are untouched
     assert alice.get(f"sessions/{world['session']}").json()["state"] == "active"
     assert alice.get("iam/roles/secret-role").status_code == 200
+    version = alice.get(f"registry/model-package-groups/{world['group']}/versions/1").json()
+    assert version["approval_status"] == "PendingManualApproval", version
+    assert alice.get(f"registry/model-package-groups/{world['named_group']}").status_code == 200
 
 
 def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
@@ -206,6 +245,8 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
         "audit/events",
         "kms/keys",
         "vpc/subnets",
+        "storage/locations",
+        "registry/model-package-groups",
     ):
         r = charlie.get(path)
         assert r.status_code == 200, (path, r.content)
@@ -217,5 +258,7 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
             "secret-role",
             "alice@example.com",
             world["account"],
+            world["group"],
+            world["named_group"],
         ):
             assert value not in text, (path, value)

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.fleet.selectors import base_model_get, served_base_models
-from controlplane.tenants.models import Subnet
+from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions.errors import NotFound
 from loopwright.types import (
     ClientConfigResponse,
@@ -84,4 +84,14 @@ def subnets(request: Request) -> Response:
     found = Subnet.objects.filter(tenant=request.user.tenant).order_by("subnet_id")
     return Response(
         {"subnets": [{"subnet_id": s.subnet_id, "description": s.description} for s in found]}
+    )
+
+
+@api_view(["GET"])
+def storage_locations(request: Request) -> Response:
+    """The S3 locations the caller's sessions may name as ``s3_output_path``."""
+    allow(request, "storage:ListLocations")
+    found = StorageLocation.objects.filter(tenant=request.user.tenant).order_by("uri")
+    return Response(
+        {"locations": [{"uri": loc.uri, "description": loc.description} for loc in found]}
     )

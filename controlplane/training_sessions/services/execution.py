@@ -17,6 +17,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
+from controlplane.registry.services import package_register
+from controlplane.storage import manifest_digest
 
 from .. import notify
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
@@ -189,6 +191,9 @@ def _record_checkpoint(op: Operation, result: dict) -> None:
             "name": spec["name"],
             "storage_path": spec["storage_path"],
             "merged_path": result.get("_merged_path", ""),
+            "storage_uri": spec.get("storage_uri", ""),
+            "manifest": result.get("_manifest"),
+            "sha256": manifest_digest(result["_manifest"]) if "_manifest" in result else "",
             "size_bytes": result.get("_plaintext_bytes", _folder_size(spec["storage_path"])),
             "kms_key_arn": (spec.get("sealing") or {}).get("key_arn", ""),
             "lora": model.lora,
@@ -196,6 +201,7 @@ def _record_checkpoint(op: Operation, result: dict) -> None:
             "expires_at": expires,
         },
     )
+    package_register(operation=op)  # every save is the next version of its package group
     if op.plan.get("sampler_id"):
         SamplingSession.objects.create(
             id=op.plan["sampler_id"],

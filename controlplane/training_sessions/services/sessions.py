@@ -10,13 +10,15 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from controlplane.kms import services as kms
+from controlplane.registry.services import session_group_checked
 from controlplane.tenants.models import Tenant
-from controlplane.tenants.services import subnets_not_owned
+from controlplane.tenants.services import storage_location_owned, subnets_not_owned
 from loopwright.types import VpcConfig
 
 from ..errors import Gone, SessionError
 from ..models import Session, TrainingModel
 from ..selectors import session_get
+from .storage import s3_output_path_checked
 
 PLATFORM_FIELDS = (
     "role_arn",
@@ -39,9 +41,21 @@ def session_create(
     platform = {k: v for k, v in (platform or {}).items() if k in PLATFORM_FIELDS and v is not None}
     if "kms_key_arn" in platform:  # stored as the key's ARN, whichever way it was named
         platform["kms_key_arn"] = kms.session_key(tenant=tenant, ref=platform["kms_key_arn"]).arn
+    if "s3_output_path" in platform:  # where its checkpoints go (else the local storage)
+        platform["s3_output_path"] = s3_output_path_checked(platform["s3_output_path"])
+        if not storage_location_owned(tenant=tenant, uri=platform["s3_output_path"]):
+            raise SessionError(
+                f"s3_output_path: {platform['s3_output_path']} is not inside a storage location "
+                "of this account (operators add them with manage.py storage_locations)",
+                field="s3_output_path",
+            )
     if "vpc_config" in platform:
         platform["vpc_config"] = vpc_config_checked(platform["vpc_config"])
         _require_own_subnets(tenant, platform["vpc_config"]["subnets"])
+    if "model_package_group_arn" in platform:  # the group saves register into (made on first use)
+        platform["model_package_group_arn"] = session_group_checked(
+            tenant=tenant, arn=platform["model_package_group_arn"]
+        )
     return Session.objects.create(
         tenant=tenant,
         name=name or "",

@@ -11,9 +11,7 @@ import hashlib
 import json
 import re
 from datetime import timedelta
-from pathlib import Path
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
@@ -23,6 +21,8 @@ from controlplane.fleet.models import BaseModel
 from controlplane.fleet.services import Network
 from controlplane.iam.sessions import session_may
 from controlplane.kms import services as kms
+from controlplane.registry.selectors import save_group_arn
+from controlplane.storage import join_uri, location
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
@@ -30,6 +30,7 @@ from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingMo
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from . import placement
 from .sessions import session_touch
+from .storage import storage_root
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -289,10 +290,12 @@ def checkpoint_name(name: str | None, fallback: str) -> str:
 
 
 def checkpoint_location(model: TrainingModel, kind: str, name: str) -> tuple[str, str]:
-    """(tinker path, storage folder) of a checkpoint."""
+    """(tinker path, storage URI) of a checkpoint: under the session's ``s3_output_path``, or
+    the local storage folder."""
     folder = "weights" if kind == Checkpoint.Kind.TRAINING else "sampler_weights"
-    storage = Path(settings.STORAGE_DIR) / str(model.tenant_id) / model.id / folder / name
-    return f"tinker://{model.id}/{folder}/{name}", str(storage)
+    key = f"{model.tenant_id}/{model.id}/{folder}/{name}"
+    uri = join_uri(storage_root(model.session.platform), key)
+    return f"tinker://{model.id}/{folder}/{name}", uri
 
 
 def save_plan(
@@ -310,7 +313,7 @@ def save_plan(
     """
 
     def plan(model: TrainingModel) -> dict:
-        tinker_path, storage = checkpoint_location(model, kind, name)
+        tinker_path, storage_uri = checkpoint_location(model, kind, name)
         if not overwrite and Checkpoint.objects.filter(tinker_path=tinker_path).exists():
             raise Conflict(
                 f"checkpoint {tinker_path} exists (pass overwrite to replace it)", field="path"
@@ -330,12 +333,20 @@ def save_plan(
             "kms:GenerateDataKey",
             sealing["key_arn"],
         )
+        # and to register it as the next version of its model package group
+        session_may(
+            model.tenant,
+            model.session.platform.get("role_arn"),
+            "registry:CreateModelPackage",
+            save_group_arn(model),
+        )
         return {
             "checkpoint": {
                 "kind": kind,
                 "name": name,
                 "tinker_path": tinker_path,
-                "storage_path": storage,
+                "storage_path": location(storage_uri),
+                "storage_uri": storage_uri,
                 "expires_at": expires,
                 "merge": merge,
                 "sealing": sealing,
@@ -364,12 +375,21 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
             "load": {
                 "storage_path": ckpt.storage_path,
                 "optimizer": optimizer,
-                "tinker_path": path,
+                "tinker_path": path,  # echoed as the client named it (a path or a version ARN)
                 "sealing": _opening(tenant, ckpt, field="path", session=model.session),
+                **_stored(ckpt),
             }
         }
 
     return plan
+
+
+def _stored(ckpt: Checkpoint | None) -> dict:
+    """Where the worker fetches a checkpoint's objects and the manifest it checks them against
+    (nothing for one saved before manifests were kept: it reads the local ``storage_path``)."""
+    if ckpt is None or ckpt.manifest is None:
+        return {}
+    return {"storage_uri": ckpt.storage_uri, "manifest": ckpt.manifest}
 
 
 def _opening(
@@ -424,7 +444,7 @@ def sampler_create(
         worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
         fields.update(
             base_model=ckpt.base_model,
-            model_path=model_path,
+            model_path=ckpt.tinker_path,  # a model package ARN is stored as what it names
             storage_path=ckpt.storage_path,
             worker=worker,
         )
@@ -459,6 +479,7 @@ def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
             "adapter": f"sampler:{sampler.id}",
             "storage_path": sampler.storage_path,
             "sealing": _opening(tenant, ckpt, field="sampling_session_id", session=sampler.session),
+            **_stored(ckpt),
         }
     return {"adapter": None}
 

@@ -26,7 +26,8 @@ class CreateSamplingSessionRequest(RequestModel):
     """Base model to sample from; inferred from model_path when that is given."""
 
     model_path: str | None = None
-    """tinker:// path of sampler weights; None samples the base model."""
+    """tinker:// path of sampler weights (or a model package version's ARN); None samples the
+    base model."""
 
     model_id: str | None = None
     """A live training model whose current adapter to sample (Loopwright extension)."""

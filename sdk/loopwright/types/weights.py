@@ -121,7 +121,7 @@ class LoadWeightsRequest(RequestModel):
     """Free-form metadata of the training run, set by the user."""
 
     path: str
-    """tinker:// path of the training checkpoint."""
+    """tinker:// path of the training checkpoint, or the ARN of a model package version."""
 
     optimizer: bool
     """Whether to restore the optimizer state too."""
@@ -150,7 +150,7 @@ class WeightsInfoRequest(RequestModel):
     """Ask what a checkpoint was trained from."""
 
     tinker_path: str
-    """tinker:// path of the checkpoint."""
+    """tinker:// path of the checkpoint, or the ARN of a model package version."""
 
 
 class WeightsInfoResponse(ResponseModel):

@@ -1,0 +1,1 @@
+"""The model package registry: every saved checkpoint is a versioned model package in a group."""
