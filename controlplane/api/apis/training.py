@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from controlplane.iam.resources import model_arn
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation
-from controlplane.training_sessions.services import submit
+from controlplane.training_sessions.services import checkpoint_plans, submit
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -101,10 +101,10 @@ def optim_step(request: Request) -> Response:
 @sequenced(Operation.Kind.SAVE_WEIGHTS)
 def save_weights(request: Request) -> Response:
     req = parse(request, SaveWeightsRequest)
-    name = submit.checkpoint_name(
+    name = checkpoint_plans.checkpoint_name(
         req.path, f"state-{req.seq_id}" if req.seq_id is not None else None
     )
-    plan = submit.save_plan(
+    plan = checkpoint_plans.save_plan(
         kind=Checkpoint.Kind.TRAINING,
         name=name,
         overwrite=req.overwrite,
@@ -119,8 +119,10 @@ def save_weights_for_sampler(request: Request) -> Response:
     req = parse(request, SaveWeightsForSamplerRequest)
     if req.path is None and req.sampling_session_seq_id is not None:
         # Ephemeral: the weights as of now, for a sampler the client uses at once.
-        name = submit.checkpoint_name(None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}")
-        plan = submit.save_plan(
+        name = checkpoint_plans.checkpoint_name(
+            None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}"
+        )
+        plan = checkpoint_plans.save_plan(
             kind=Checkpoint.Kind.SAMPLER,
             name=name,
             overwrite=True,
@@ -128,10 +130,10 @@ def save_weights_for_sampler(request: Request) -> Response:
             sampler_id=submit.new_sampler_id(),
         )
     else:
-        name = submit.checkpoint_name(
+        name = checkpoint_plans.checkpoint_name(
             req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None
         )
-        plan = submit.save_plan(
+        plan = checkpoint_plans.save_plan(
             kind=Checkpoint.Kind.SAMPLER,
             name=name,
             overwrite=False,
@@ -149,5 +151,7 @@ def load_weights(request: Request) -> Response:
         from controlplane.training_sessions.errors import SessionError
 
         raise SessionError("model_id is required (create the model first)", field="model_id")
-    plan = submit.load_plan(tenant=tenant_of(request), path=req.path, optimizer=req.optimizer)
+    plan = checkpoint_plans.load_plan(
+        tenant=tenant_of(request), path=req.path, optimizer=req.optimizer
+    )
     return _submit(request, req, Operation.Kind.LOAD_WEIGHTS, plan)

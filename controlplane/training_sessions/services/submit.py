@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
@@ -19,21 +17,16 @@ from django.utils import timezone
 from controlplane import dispatch
 from controlplane.fleet.models import BaseModel
 from controlplane.fleet.services import Network
-from controlplane.iam.sessions import session_may
-from controlplane.kms import services as kms
-from controlplane.registry.selectors import save_group_arn
-from controlplane.storage import join_uri, location
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from . import placement
+from .checkpoint_plans import opening, stored_fields
 from .sessions import session_touch
-from .storage import storage_root
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_ALPHA = 32.0
 TOUCH_SECONDS = 5.0
 
@@ -279,135 +272,6 @@ def _touch(model: TrainingModel) -> None:
         session_touch(model.session)
 
 
-def checkpoint_name(name: str | None, fallback: str) -> str:
-    name = name or fallback
-    if not NAME_RE.match(name):
-        raise SessionError(
-            "must be 1–128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
-            field="path",
-        )
-    return name
-
-
-def checkpoint_location(model: TrainingModel, kind: str, name: str) -> tuple[str, str]:
-    """(tinker path, storage URI) of a checkpoint: under the session's ``s3_output_path``, or
-    the local storage folder."""
-    folder = "weights" if kind == Checkpoint.Kind.TRAINING else "sampler_weights"
-    key = f"{model.tenant_id}/{model.id}/{folder}/{name}"
-    uri = join_uri(storage_root(model.session.platform), key)
-    return f"tinker://{model.id}/{folder}/{name}", uri
-
-
-def save_plan(
-    *,
-    kind: str,
-    name: str,
-    overwrite: bool,
-    ttl_seconds: int | None,
-    merge: bool = False,
-    sampler_id: str | None = None,
-):
-    """A plan factory for save_weights / save_weights_for_sampler, resolved against the model.
-
-    The files are sealed with the session's KMS key (or the tenant's default key).
-    """
-
-    def plan(model: TrainingModel) -> dict:
-        tinker_path, storage_uri = checkpoint_location(model, kind, name)
-        if not overwrite and Checkpoint.objects.filter(tinker_path=tinker_path).exists():
-            raise Conflict(
-                f"checkpoint {tinker_path} exists (pass overwrite to replace it)", field="path"
-            )
-        expires = None
-        if ttl_seconds:
-            expires = (timezone.now() + timedelta(seconds=ttl_seconds)).isoformat()
-        sealing = kms.save_sealing(
-            tenant=model.tenant,
-            key_arn=model.session.platform.get("kms_key_arn"),
-            resource=tinker_path,
-        )
-        # the session writes the checkpoint: its role must be allowed to use the key
-        session_may(
-            model.tenant,
-            model.session.platform.get("role_arn"),
-            "kms:GenerateDataKey",
-            sealing["key_arn"],
-        )
-        # and to register it as the next version of its model package group
-        session_may(
-            model.tenant,
-            model.session.platform.get("role_arn"),
-            "registry:CreateModelPackage",
-            save_group_arn(model),
-        )
-        return {
-            "checkpoint": {
-                "kind": kind,
-                "name": name,
-                "tinker_path": tinker_path,
-                "storage_path": location(storage_uri),
-                "storage_uri": storage_uri,
-                "expires_at": expires,
-                "merge": merge,
-                "sealing": sealing,
-            },
-            "sampler_id": sampler_id,
-        }
-
-    return plan
-
-
-def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
-    def plan(model: TrainingModel) -> dict:
-        ckpt = checkpoint_by_path(tenant=tenant, tinker_path=path)
-        if optimizer and ckpt.kind != Checkpoint.Kind.TRAINING:
-            raise SessionError(
-                f"{path} holds sampler weights without optimizer state; load training state "
-                "(saved with save_state) to resume with the optimizer",
-                field="path",
-            )
-        if ckpt.base_model != model.base_model:
-            raise SessionError(
-                f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}",
-                field="path",
-            )
-        return {
-            "load": {
-                "storage_path": ckpt.storage_path,
-                "optimizer": optimizer,
-                "tinker_path": path,  # echoed as the client named it (a path or a version ARN)
-                "sealing": _opening(tenant, ckpt, field="path", session=model.session),
-                **_stored(ckpt),
-            }
-        }
-
-    return plan
-
-
-def _stored(ckpt: Checkpoint | None) -> dict:
-    """Where the worker fetches a checkpoint's objects and the manifest it checks them against
-    (nothing for one saved before manifests were kept: it reads the local ``storage_path``)."""
-    if ckpt is None or ckpt.manifest is None:
-        return {}
-    return {"storage_uri": ckpt.storage_uri, "manifest": ckpt.manifest}
-
-
-def _opening(
-    tenant: Tenant, ckpt: Checkpoint | None, *, field: str, session: Session
-) -> dict | None:
-    """How the worker opens a checkpoint's sealed files (None: saved before sealing existed).
-
-    The reading session's role must be allowed to decrypt with the key that sealed them.
-    """
-    if ckpt is None or not ckpt.kms_key_arn:
-        return None
-    sealing = kms.load_sealing(
-        tenant=tenant, key_arn=ckpt.kms_key_arn, resource=ckpt.tinker_path, field=field
-    )
-    session_may(tenant, session.platform.get("role_arn"), "kms:Decrypt", sealing["key_arn"])
-    return sealing
-
-
 # -- sampling --------------------------------------------------------------------------------
 @transaction.atomic
 def sampler_create(
@@ -440,7 +304,7 @@ def sampler_create(
         fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
-        _opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
+        opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
         worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
         fields.update(
             base_model=ckpt.base_model,
@@ -478,8 +342,8 @@ def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
         return {
             "adapter": f"sampler:{sampler.id}",
             "storage_path": sampler.storage_path,
-            "sealing": _opening(tenant, ckpt, field="sampling_session_id", session=sampler.session),
-            **_stored(ckpt),
+            "sealing": opening(tenant, ckpt, field="sampling_session_id", session=sampler.session),
+            **stored_fields(ckpt),
         }
     return {"adapter": None}
 
