@@ -50,3 +50,17 @@ def audit_prune(*, now=None) -> int:
     cutoff = (now or timezone.now()) - timedelta(days=settings.AUDIT_RETENTION_DAYS)
     deleted, _ = AuditEvent.objects.filter(at__lt=cutoff).delete()
     return deleted
+
+
+def audit_operator(*, tenant: Tenant, action: str, resource: str, reason: str = "") -> AuditEvent:
+    """A change an operator made from the command line (no IAM decision is involved)."""
+    return audit_record(
+        tenant=tenant,
+        principal="system:operator",
+        action=action,
+        resource=resource,
+        allowed=True,
+        effect="Operator",
+        mutating=True,
+        reason=reason or "run from the command line by an operator of the service",
+    )

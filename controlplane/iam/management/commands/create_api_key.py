@@ -6,7 +6,9 @@ checked (``iam:CreateApiKey``, and a role's trust policy must name the caller).
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.audit.services import audit_operator
 from controlplane.errors import DomainError
+from controlplane.iam.resources import api_key_arn
 from controlplane.iam.selectors import role_get
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.selectors import membership_get
@@ -33,7 +35,7 @@ class Command(BaseCommand):
                 owner = {"role": role_get(tenant=tenant, name=opts["role"])}
             else:
                 owner = {"user": membership_get(tenant=tenant, username=opts["user"]).user}
-            _, raw = api_key_create(
+            key, raw = api_key_create(
                 tenant=tenant,
                 name=opts["name"],
                 expires_in_days=opts["expires_in_days"],
@@ -41,4 +43,7 @@ class Command(BaseCommand):
             )
         except DomainError as exc:
             raise CommandError(exc.detail) from None
+        audit_operator(
+            tenant=tenant, action="iam:CreateApiKey", resource=api_key_arn(tenant, key.prefix)
+        )
         self.stdout.write(raw)

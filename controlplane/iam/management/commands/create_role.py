@@ -5,6 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.audit.services import audit_operator
 from controlplane.errors import DomainError
 from controlplane.iam.services import role_create
 from controlplane.tenants.models import Tenant
@@ -45,6 +46,7 @@ class Command(BaseCommand):
             )
         except DomainError as exc:
             raise CommandError(exc.detail) from None
+        audit_operator(tenant=tenant, action="iam:CreateRole", resource=role.arn)
         self.stdout.write(role.arn)
 
 

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.audit.services import audit_operator
 from controlplane.errors import DomainError
 from controlplane.tenants.models import StorageLocation, Tenant
 from controlplane.tenants.services import storage_location_deregister, storage_location_register
@@ -26,8 +27,10 @@ class Command(BaseCommand):
         try:
             for uri in opts["add"]:
                 storage_location_register(tenant=tenant, uri=uri, description=opts["description"])
+                audit_operator(tenant=tenant, action="storage:RegisterLocation", resource=uri)
             for uri in opts["remove"]:
                 storage_location_deregister(tenant=tenant, uri=uri)
+                audit_operator(tenant=tenant, action="storage:DeregisterLocation", resource=uri)
         except DomainError as exc:
             raise CommandError(exc.detail) from None
         for location in StorageLocation.objects.filter(tenant=tenant).order_by("uri"):

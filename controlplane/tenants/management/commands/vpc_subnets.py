@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
+from controlplane.audit.services import audit_operator
 from controlplane.errors import DomainError
 from controlplane.tenants.models import Subnet, Tenant
 from controlplane.tenants.services import subnet_deregister, subnet_register
@@ -26,8 +27,10 @@ class Command(BaseCommand):
         try:
             for subnet in opts["add"]:
                 subnet_register(tenant=tenant, subnet_id=subnet, description=opts["description"])
+                audit_operator(tenant=tenant, action="vpc:RegisterSubnet", resource=subnet)
             for subnet in opts["remove"]:
                 subnet_deregister(tenant=tenant, subnet_id=subnet)
+                audit_operator(tenant=tenant, action="vpc:DeregisterSubnet", resource=subnet)
         except DomainError as exc:
             raise CommandError(exc.detail) from None
         for subnet in Subnet.objects.filter(tenant=tenant).order_by("subnet_id"):
