@@ -79,4 +79,9 @@ urlpatterns = [
     path("registry/model-package-groups/<str:name>/versions", registry.versions),
     path("registry/model-package-groups/<str:name>/versions/<int:version>", registry.version),
     path("registry/model-packages/by-path", registry.version_by_path),
+    path(
+        "registry/model-package-groups/<str:name>/versions/<int:version>/download",
+        registry.version_download,
+    ),
+    path("registry/model-packages/download", registry.download_by_path),
 ]

@@ -149,6 +149,22 @@ def package_checkpoint_path(*, tenant: Tenant, arn: str, field: str = "path") ->
     return package.tinker_path
 
 
+def merged_manifest(package: ModelPackage) -> dict | None:
+    """The manifest of a merged version's merged model, as its save recorded it (None if none)."""
+    result = (
+        Operation.objects.filter(
+            model_id=package.model_id,
+            seq_id=package.step,
+            kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+            status=Operation.Status.DONE,
+        )
+        .values_list("result", flat=True)
+        .first()
+    )
+    manifest = result.get("_merged_manifest") if isinstance(result, dict) else None
+    return manifest if isinstance(manifest, dict) else None
+
+
 # -- what a save records -----------------------------------------------------------------------
 def package_loaded_from(
     *, tenant: Tenant, model_id: str, before_seq: int | None

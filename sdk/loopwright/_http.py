@@ -12,7 +12,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -23,6 +23,7 @@ __all__ = ["DEFAULT_BASE_URL", "HTTPClient", "RetryPolicy"]
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 _RETRY_STATUSES = frozenset({408, 429})
 _RETRY_EXCEPTIONS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+DOWNLOAD_CHUNK = 1 << 20
 POLL_TIMEOUT = 45.0
 """Read timeout of one retrieve_future long poll (the server holds it up to ~30 s)."""
 
@@ -104,6 +105,19 @@ def _finish(response: httpx.Response, passthrough: tuple[int, ...]) -> httpx.Res
     if response.status_code >= 400 and response.status_code not in passthrough:
         raise status_error(response)
     return response
+
+
+def _stream_into(response: httpx.Response, sink: BinaryIO) -> httpx.Headers:
+    """Write a final answer's body into ``sink`` (from its start), or raise its error."""
+    if response.status_code >= 400:
+        response.read()
+        raise status_error(response)
+    sink.seek(0)
+    sink.truncate()
+    for chunk in response.iter_bytes(DOWNLOAD_CHUNK):
+        sink.write(chunk)
+    sink.flush()
+    return response.headers
 
 
 def _connection_error(exc: Exception, method: str, path: str) -> APIConnectionError:
@@ -268,6 +282,39 @@ class HTTPClient:
             if delay is None:
                 return _finish(response, passthrough)
             await asyncio.sleep(delay)
+
+    def download(
+        self,
+        path: str,
+        sink: BinaryIO,
+        *,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> httpx.Headers:
+        """Stream a GET's body into ``sink`` from the calling thread; returns the headers.
+
+        A retry writes the body again from the start of ``sink``; an error answer raises
+        before anything is written.
+        """
+        if self._closed:
+            raise LoopwrightError("this client is closed")
+        attempts = _Attempts(self.retry, True)
+        while True:
+            try:
+                with self._client.stream(
+                    "GET",
+                    path,
+                    params=params,
+                    timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
+                ) as response:
+                    delay = attempts.after_response(response, ())
+                    if delay is None:
+                        return _stream_into(response, sink)
+            except httpx.TransportError as exc:
+                delay = attempts.after_error(exc)
+                if delay is None:
+                    raise _connection_error(exc, "GET", path) from exc
+            time.sleep(delay)
 
     def close(self) -> None:
         """Close the sync client (the async ones are closed by ``aclose`` on their loop)."""

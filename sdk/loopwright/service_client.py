@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import pathlib
 import threading
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from ._download import download_model_package
 from ._http import HTTPClient, RetryPolicy
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
@@ -278,7 +280,36 @@ class ServiceClient:
             self._runtime, sampling_session_id, base_model=base_model, model_path=model_path
         )
 
+    # -- the model package registry -----------------------------------------------------------
+
+    def download_model_package(
+        self,
+        ref: str,
+        dest_dir: str | os.PathLike[str],
+        *,
+        format: str = "adapter",
+        include_optimizer: bool = False,
+    ) -> pathlib.Path:
+        """Download a model package version (its ARN or ``tinker://`` path) into ``dest_dir``
+        and return the extracted folder.
+
+        ``format="adapter"``: ``adapter_model.safetensors`` and ``adapter_config.json`` (plain
+        peft loads the folder) and ``loopwright.json``, with ``optimizer.safetensors`` when
+        ``include_optimizer`` (training state only). ``format="merged"``: the merged model that
+        plain transformers loads (versions saved with ``merge_weights=True``).
+        """
+        http = self._runtime.http
+        return download_model_package(
+            http, ref, dest_dir, format=format, include_optimizer=include_optimizer
+        )
+
     # -- async twins ---------------------------------------------------------------------------
+
+    async def download_model_package_async(
+        self, ref: str, dest_dir: str | os.PathLike[str], **options: Any
+    ) -> pathlib.Path:
+        """Async twin of download_model_package (same keywords)."""
+        return await asyncio.to_thread(self.download_model_package, ref, dest_dir, **options)
 
     async def create_lora_training_client_async(
         self, base_model: str, **options: Any

@@ -213,6 +213,18 @@ def registry_probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
             ("get", f"registry/model-packages/by-path?path={quote(w['path'], safe='')}", None),
             ("get", f"registry/model-packages/by-path?path={quote(version_arn, safe='')}", None),
         ],
+        f"{groups}/<str:name>/versions/<int:version>/download": [
+            ("get", f"{groups}/{g}/versions/1/download", None),
+            ("get", f"{groups}/{g}/versions/1/download?format=merged", None),
+        ],
+        "registry/model-packages/download": [
+            ("get", f"registry/model-packages/download?path={quote(w['path'], safe='')}", None),
+            (
+                "get",
+                f"registry/model-packages/download?path={quote(version_arn, safe='')}&format=adapter",
+                None,
+            ),
+        ],
     }
 
 

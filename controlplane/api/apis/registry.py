@@ -1,19 +1,24 @@
-"""The model package registry: groups, their versions (one per saved checkpoint) and approvals.
+"""The model package registry: groups, their versions (one per saved checkpoint), approvals and
+downloads.
 
 A group is named in the URL; a version by its group and number, or by ``tinker://`` path or ARN.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
+from django.http import StreamingHttpResponse
 from rest_framework.decorators import api_view
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam.resources import model_package_arn, model_package_group_arn
-from controlplane.registry import selectors, services
+from controlplane.registry import downloads, selectors, services
 from controlplane.registry.models import ModelPackage, ModelPackageGroup
 
 from ..parsing import allow, body_of, principal_of, query_int, tenant_of, text
@@ -209,17 +214,88 @@ def version(request: Request, name: str, version: int) -> Response:
     return Response(package_json(updated))
 
 
-@api_view(["GET"])
-def version_by_path(request: Request) -> Response:
+def _path(request: Request) -> str:
     path = request.query_params.get("path")
     if not path:
         raise DomainError("path is required: a tinker:// path or a model package ARN", field="path")
     if len(path) > MAX_PATH:
         raise DomainError(f"path: at most {MAX_PATH} characters", field="path")
-    package = selectors.package_by_path(tenant=tenant_of(request), path=path)
+    return path
+
+
+@api_view(["GET"])
+def version_by_path(request: Request) -> Response:
+    package = selectors.package_by_path(tenant=tenant_of(request), path=_path(request))
     allow(
         request,
         "registry:DescribeModelPackage",
         model_package_arn(package.tenant, package.group.name, package.version),
     )
     return Response(package_json(package))
+
+
+# -- downloads ---------------------------------------------------------------------------------
+class _AnyAccept(BaseContentNegotiation):
+    """Downloads answer gzip (errors JSON) whatever the client accepts; their ``format`` query
+    parameter names what the archive holds, not a renderer."""
+
+    def select_parser(self, request: Request, parsers: list) -> Any:
+        return parsers[0] if parsers else None
+
+    def select_renderer(
+        self, request: Request, renderers: list, format_suffix: str | None = None
+    ) -> tuple[Any, str]:
+        return renderers[0], renderers[0].media_type
+
+
+def _download_view(func: Callable) -> Callable:
+    func.content_negotiation_class = _AnyAccept  # type: ignore[attr-defined]
+    return api_view(["GET"])(func)
+
+
+def _download_options(request: Request) -> tuple[str, bool]:
+    fmt = _choice(request, "format", downloads.FORMATS) or "adapter"
+    return fmt, _flag(request, "include_optimizer")
+
+
+def _download(
+    request: Request, package: ModelPackage, fmt: str, optimizer: bool, field: str
+) -> StreamingHttpResponse:
+    """The version as a .tar.gz; the caller must also be allowed to decrypt with its key."""
+    plan = downloads.download_plan(
+        package=package, format=fmt, include_optimizer=optimizer, field=field
+    )
+    if plan.key_arn:
+        allow(request, "kms:Decrypt", plan.key_arn)
+    archive = downloads.archive_build(plan, actor=_actor(request))
+    try:
+        response = StreamingHttpResponse(archive, content_type="application/gzip")
+        response["Content-Disposition"] = f"attachment; filename={plan.filename}"
+        response["Content-Length"] = str(archive.size)
+        if package.sha256:
+            response["X-Loopwright-Manifest-Sha256"] = package.sha256
+    except BaseException:
+        archive.close()  # the response will never end, so its scratch folder goes now
+        raise
+    return response
+
+
+@_download_view
+def version_download(request: Request, name: str, version: int) -> StreamingHttpResponse:
+    fmt, optimizer = _download_options(request)
+    allow(request, "registry:DownloadModelPackage", _version_arn(request, name, version))
+    package = selectors.package_get(tenant=tenant_of(request), group_name=name, version=version)
+    return _download(request, package, fmt, optimizer, "version")
+
+
+@_download_view
+def download_by_path(request: Request) -> StreamingHttpResponse:
+    path = _path(request)
+    fmt, optimizer = _download_options(request)
+    package = selectors.package_by_path(tenant=tenant_of(request), path=path)
+    allow(
+        request,
+        "registry:DownloadModelPackage",
+        model_package_arn(package.tenant, package.group.name, package.version),
+    )
+    return _download(request, package, fmt, optimizer, "path")
