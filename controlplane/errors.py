@@ -45,3 +45,10 @@ class Throttled(DomainError):
 class Unauthenticated(DomainError):
     status = 401
     code = "unauthenticated"
+
+
+class QuotaExceeded(DomainError):
+    """A tenant's quota is used up; the detail names the limit, the usage and how to free some."""
+
+    status = 429
+    code = "quota_exceeded"

@@ -32,6 +32,8 @@ INSTALLED_APPS = [
     "controlplane.training_sessions",
     "controlplane.kms",
     "controlplane.registry",
+    "controlplane.metering",
+    "controlplane.quotas",
     "controlplane.api",
     "web",
 ]
@@ -86,6 +88,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": ["controlplane.quotas.throttling.TenantRateThrottle"],
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -123,6 +126,12 @@ AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)
 LOGIN_FAILURE_LIMIT = env.int("LOOPWRIGHT_LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOOPWRIGHT_LOGIN_FAILURE_WINDOW", default=15 * 60)
 INVITATION_TTL_DAYS = env.int("LOOPWRIGHT_INVITATION_TTL_DAYS", default=7)
+# Per-tenant quotas (docs/quotas.md); manage.py set_quota overrides them for one account.
+MAX_CONCURRENT_SESSIONS = env.int("LOOPWRIGHT_MAX_CONCURRENT_SESSIONS", default=10)
+REQUESTS_PER_MINUTE = env.int("LOOPWRIGHT_REQUESTS_PER_MINUTE", default=6000)
+RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or (
+    BROKER_URL if BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
 # Wraps every local KMS key's material; changing it makes those keys (and what they sealed) unreadable.
 KMS_MASTER_KEY = env.str("LOOPWRIGHT_KMS_MASTER_KEY", default="loopwright-kms:" + SECRET_KEY)
 KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None

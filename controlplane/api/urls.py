@@ -5,6 +5,7 @@ from django.urls import path
 from .apis import (
     audit,
     auth,
+    billing,
     futures,
     iam_roles,
     iam_users,
@@ -29,6 +30,7 @@ urlpatterns = [
     path("sessions", sessions.session_list),
     path("sessions/<str:session_id>", sessions.session_detail),
     path("sessions/<str:session_id>/stop", sessions.session_stop),
+    path("sessions/<str:session_id>/usage", billing.session_usage),
     path("create_model", models.create_model),
     path("get_info", models.get_info),
     path("unload_model", models.unload_model),
@@ -63,6 +65,8 @@ urlpatterns = [
     path("iam/roles/<str:name>/policies", iam_roles.role_policies),
     path("iam/roles/<str:name>/policies/<str:policy_name>", iam_roles.role_policy),
     path("audit/events", audit.events),
+    path("billing/usage", billing.usage),
+    path("billing/invoice-preview", billing.invoice_preview),
     path("vpc/subnets", meta.subnets),
     path("storage/locations", meta.storage_locations),
     # KMS keys: <key_id> is the key's id, its URL-encoded ARN, or its alias (alias/...)

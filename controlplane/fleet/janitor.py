@@ -1,6 +1,6 @@
 """Periodic housekeeping: expire idle sessions (their models are unloaded), old checkpoints and
 their model package versions, delete KMS keys past their deletion date, place models that wait for
-a worker, prune the audit log and old failed logins."""
+a worker, prune the audit log, old failed logins and finished request-rate windows."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.db import close_old_connections
 
 from controlplane.audit.services import audit_prune
 from controlplane.kms.services import keys_purge
+from controlplane.quotas.ratelimit import request_counts_prune
 from controlplane.registry.services import packages_expire
 from controlplane.tenants.logins import login_failures_prune
 from controlplane.training_sessions.services.placement import models_place_waiting
@@ -40,6 +41,7 @@ def sweep() -> dict:
     if pruned:
         log.info("pruned %d audit events past retention", pruned)
     login_failures_prune()
+    request_counts_prune()
     return {
         "pruned_audit_events": pruned,
         "expired_sessions": expired,

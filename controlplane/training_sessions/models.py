@@ -29,6 +29,7 @@ class Session(models.Model):
         EXPIRED = "expired"
 
     ENDED_STATES = (State.STOPPING, State.STOPPED, State.FAILED, State.EXPIRED)
+    LIVE_STATES = (State.PENDING, State.ACTIVE)  # what the concurrent-sessions quota counts
 
     id = models.CharField(primary_key=True, max_length=64, default="", editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="sessions")

@@ -37,6 +37,8 @@ NOT_TENANT_SCOPED = {
     "iam/api-keys": "list: checked for leaks",
     "iam/roles": "list (role names are per tenant): checked for leaks",
     "audit/events": "list: checked for leaks",
+    "billing/usage": "report of the caller's account: checked for leaks",
+    "billing/invoice-preview": "the caller's account: checked for leaks",
     "kms/keys": "list: checked for leaks",
     "vpc/subnets": "list: checked for leaks",
     "storage/locations": "list: checked for leaks",
@@ -56,6 +58,16 @@ def world(alice: Person, runtime) -> dict:
         "create_sampling_session",
         {"session_id": session_id, "sampling_session_seq_id": 0, "model_path": path},
     ).json()["sampling_session_id"]
+    r = alice.post(
+        "asample",
+        {
+            "sampling_session_id": sampler,
+            "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]},
+            "sampling_params": {"max_tokens": 2},
+        },
+    )
+    assert r.status_code == 200, r.content
+    runtime.drain()  # alice has usage to report
     alice.post("iam/roles", {"name": "secret-role"})
     key = alice.post("iam/api-keys", {"name": "k"}).json()["prefix"]
     kms_key = alice.post("kms/keys", {"description": "alice's"}).json()
@@ -83,6 +95,7 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
         "session_heartbeat": [("post", "session_heartbeat", {"session_id": s})],
         "sessions/<str:session_id>": [("get", f"sessions/{s}", None)],
         "sessions/<str:session_id>/stop": [("post", f"sessions/{s}/stop", {})],
+        "sessions/<str:session_id>/usage": [("get", f"sessions/{s}/usage", None)],
         "create_model": [
             ("post", "create_model", {"session_id": s, "model_seq_id": 5, "base_model": TINY})
         ],
@@ -259,6 +272,9 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
         "vpc/subnets",
         "storage/locations",
         "registry/model-package-groups",
+        "billing/usage?group_by=day,session,base_model,meter",
+        "billing/usage?group_by=session&format=csv",
+        "billing/invoice-preview",
     ):
         r = charlie.get(path)
         assert r.status_code == 200, (path, r.content)

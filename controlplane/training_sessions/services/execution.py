@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
+from controlplane.metering.services import usage_record_for
 from controlplane.registry.services import package_register
 from controlplane.storage import manifest_digest
 
@@ -123,14 +124,17 @@ def claim(op: Operation) -> bool:
 
 @transaction.atomic
 def complete(op: Operation, result: dict) -> None:
+    now = timezone.now()
     updated = Operation.objects.filter(pk=op.pk, status=Operation.Status.RUNNING).update(
-        status=Operation.Status.DONE, result=result, finished_at=timezone.now()
+        status=Operation.Status.DONE, result=result, finished_at=now
     )
     if not updated:
         log.warning("operation %s was no longer running; result dropped", op.pk)
         return
+    op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     _advance(op)
     _apply_effects(op, result)
+    usage_record_for(op)  # the tokens it processed, committed with its completion
     notify.send(op.pk)
 
 

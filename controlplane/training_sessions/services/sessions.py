@@ -10,6 +10,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from controlplane.kms import services as kms
+from controlplane.quotas.services import session_slot_claim
 from controlplane.registry.services import session_group_checked
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import storage_location_owned, subnets_not_owned
@@ -29,6 +30,7 @@ PLATFORM_FIELDS = (
 )
 
 
+@transaction.atomic
 def session_create(
     *,
     tenant: Tenant,
@@ -56,6 +58,7 @@ def session_create(
         platform["model_package_group_arn"] = session_group_checked(
             tenant=tenant, arn=platform["model_package_group_arn"]
         )
+    session_slot_claim(tenant=tenant)  # locks the tenant until this transaction commits
     return Session.objects.create(
         tenant=tenant,
         name=name or "",

@@ -1,0 +1,69 @@
+"""Usage and cost reports, the current month's invoice preview, and a session's usage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.http import HttpResponse
+from django.utils import timezone
+from rest_framework.decorators import api_view
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.errors import DomainError
+from controlplane.iam.resources import session_arn
+from controlplane.metering import reports
+from controlplane.training_sessions import selectors as sessions
+
+from ..parsing import allow, tenant_of
+
+FORMATS = ("json", "csv")
+
+
+class JsonOnly(DefaultContentNegotiation):
+    """``format`` is this view's own parameter (json or csv): DRF's format override is off."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+def _own_format(view: Callable) -> Callable:
+    view.content_negotiation_class = JsonOnly  # type: ignore[attr-defined]
+    return view
+
+
+@api_view(["GET"])
+@_own_format
+def usage(request: Request) -> Response | HttpResponse:
+    q = request.query_params
+    fmt = q.get("format") or "json"
+    if fmt not in FORMATS:
+        raise DomainError("format: json or csv", field="format")
+    start, end = reports.parse_range(q.get("start"), q.get("end"), today=timezone.now().date())
+    group_by = reports.parse_group_by(q.get("group_by"))
+    meters = reports.parse_meters(q.get("meter"))
+    allow(request, "billing:GetUsageReport")
+    report = reports.usage_report(
+        tenant=tenant_of(request), start=start, end=end, group_by=group_by, meters=meters
+    )
+    if fmt == "csv":
+        response = HttpResponse(report.as_csv(), content_type="text/csv; charset=utf-8")
+        name = f"usage-{start.isoformat()}-{end.isoformat()}.csv"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+    return Response(report.as_json())
+
+
+@api_view(["GET"])
+def invoice_preview(request: Request) -> Response:
+    allow(request, "billing:GetInvoices")
+    return Response(reports.invoice_preview(tenant=tenant_of(request), today=timezone.now().date()))
+
+
+@api_view(["GET"])
+def session_usage(request: Request, session_id: str) -> Response:
+    tenant = tenant_of(request)
+    allow(request, "sessions:DescribeTrainingSession", session_arn(tenant, session_id))
+    session = sessions.session_get(tenant=tenant, session_id=session_id)
+    return Response(reports.session_usage(tenant=tenant, session_id=session.id))

@@ -1,0 +1,37 @@
+"""Reads of usage and prices, always scoped to a tenant."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from controlplane.tenants.models import Tenant
+
+from .models import PricePoint, UsageRecord
+
+
+def usage_rows(
+    *,
+    tenant: Tenant,
+    start: datetime,
+    end: datetime,
+    meters: Sequence[str] | None = None,
+    session_id: str | None = None,
+) -> QuerySet[UsageRecord]:
+    """The tenant's usage rows with ``start <= occurred_at < end``."""
+    qs = UsageRecord.objects.filter(tenant=tenant, occurred_at__gte=start, occurred_at__lt=end)
+    if meters:
+        qs = qs.filter(meter__in=list(meters))
+    if session_id is not None:
+        qs = qs.filter(session_id=session_id)
+    return qs
+
+
+def session_usage_rows(*, tenant: Tenant, session_id: str) -> QuerySet[UsageRecord]:
+    return UsageRecord.objects.filter(tenant=tenant, session_id=session_id)
+
+
+def price_points(*, currency: str = "usd") -> list[PricePoint]:
+    return list(PricePoint.objects.filter(currency=currency).order_by("effective_from", "id"))

@@ -1,0 +1,110 @@
+"""Every write of metering: usage rows for a completed operation, counted from its request and
+result, and the price book."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.errors import DomainError
+from controlplane.training_sessions.models import Operation
+
+from .models import ANY_BASE_MODEL, Meter, PricePoint, UsageRecord
+
+
+def input_tokens(model_input: dict) -> int:
+    """Tokens of a wire ``ModelInput``: token chunks by length, images by their declared size."""
+    total = 0
+    for chunk in model_input.get("chunks") or ():
+        if chunk.get("type", "encoded_text") == "encoded_text":
+            total += len(chunk.get("tokens") or ())
+        else:
+            total += int(chunk.get("expected_tokens") or 0)
+    return total
+
+
+def datum_tokens(data: Iterable[dict]) -> int:
+    return sum(input_tokens(d.get("model_input") or {}) for d in data)
+
+
+def operation_usage(kind: str, payload: dict, result: dict) -> dict[str, int]:
+    """Tokens per meter of one completed operation; kinds that process no tokens have none."""
+    if kind == Operation.Kind.FORWARD_BACKWARD:
+        data = (payload.get("forward_backward_input") or {}).get("data") or ()
+        return {Meter.TRAIN_TOKENS: datum_tokens(data)}
+    if kind == Operation.Kind.FORWARD:
+        data = (payload.get("forward_input") or {}).get("data") or ()
+        return {Meter.FORWARD_TOKENS: datum_tokens(data)}
+    if kind == Operation.Kind.SAMPLE:
+        sequences = result.get("sequences") or ()
+        return {
+            Meter.PREFILL_TOKENS: input_tokens(payload.get("prompt") or {}),
+            Meter.SAMPLED_TOKENS: sum(len(s.get("tokens") or ()) for s in sequences),
+        }
+    return {}
+
+
+def usage_record_for(op: Operation) -> list[UsageRecord]:
+    """Write the usage rows of ``op``, which has just completed (inside its transaction).
+
+    A row that exists already for (operation, meter) is left alone, so completing the same
+    operation again never adds usage.
+    """
+    counts = operation_usage(op.kind, op.payload or {}, op.result or {})
+    if not counts:
+        return []
+    if op.model_id is not None:
+        base_model = op.model.base_model
+    elif op.sampling_session_id is not None:
+        base_model = op.sampling_session.base_model
+    else:
+        base_model = (op.payload or {}).get("base_model") or ""
+    rows = [
+        UsageRecord(
+            tenant_id=op.tenant_id,
+            session_id=op.session_id,
+            model_id=op.model_id,
+            sampler_id=op.sampling_session_id,
+            operation_id=op.pk,
+            base_model=base_model,
+            meter=meter,
+            quantity=quantity,
+            occurred_at=op.finished_at or timezone.now(),
+        )
+        for meter, quantity in counts.items()
+        if quantity > 0
+    ]
+    UsageRecord.objects.bulk_create(rows, ignore_conflicts=True)
+    return rows
+
+
+@transaction.atomic
+def price_set(
+    *,
+    base_model: str,
+    meter: str,
+    per_million: Decimal,
+    effective_from: datetime,
+    currency: str = "usd",
+) -> PricePoint:
+    """Set the price of ``meter`` on ``base_model`` (``*``: any) from ``effective_from`` on."""
+    if meter not in Meter.values:
+        raise DomainError(f"meter: one of {', '.join(Meter.values)}", field="meter")
+    if per_million < 0:
+        raise DomainError("per_million: must not be negative", field="per_million")
+    if not base_model:
+        raise DomainError(
+            f"base_model: a base model name or {ANY_BASE_MODEL!r}", field="base_model"
+        )
+    point, _ = PricePoint.objects.update_or_create(
+        base_model=base_model,
+        meter=meter,
+        currency=currency,
+        effective_from=effective_from,
+        defaults={"per_million": per_million},
+    )
+    return point

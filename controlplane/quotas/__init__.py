@@ -1,0 +1,1 @@
+"""Per-tenant quotas: concurrent sessions and API request rate (defaults from settings)."""

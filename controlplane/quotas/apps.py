@@ -1,0 +1,8 @@
+"""The quotas app."""
+
+from django.apps import AppConfig
+
+
+class QuotasConfig(AppConfig):
+    name = "controlplane.quotas"
+    label = "quotas"

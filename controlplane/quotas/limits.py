@@ -1,0 +1,29 @@
+"""A tenant's effective limits: its overrides, else the settings' defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from controlplane.tenants.models import Tenant
+
+from .models import TenantQuota
+
+
+@dataclass(frozen=True)
+class Limits:
+    concurrent_sessions: int
+    requests_per_minute: int
+    monthly_token_budget: int | None  # None: unlimited (not enforced yet)
+
+
+def limits_for(tenant: Tenant) -> Limits:
+    row = TenantQuota.objects.filter(tenant_id=tenant.pk).first()
+    sessions = row.concurrent_sessions if row else None
+    rate = row.requests_per_minute if row else None
+    return Limits(
+        concurrent_sessions=settings.MAX_CONCURRENT_SESSIONS if sessions is None else sessions,
+        requests_per_minute=settings.REQUESTS_PER_MINUTE if rate is None else rate,
+        monthly_token_budget=row.monthly_token_budget if row else None,
+    )
