@@ -18,7 +18,7 @@ from controlplane.training_sessions.models import Checkpoint
 from controlplane.training_sessions.services.retention import checkpoints_expire
 from tests.storage.s3_server import bucket, s3, s3_endpoint
 
-from .wire import create_model, datum, result
+from .wire import ModelRun, datum, result
 
 __all__ = ["bucket", "s3", "s3_endpoint"]  # fixtures: moto's S3 server, one per module
 
@@ -57,22 +57,8 @@ def s3_storage(s3_endpoint: str, settings, monkeypatch):
     s3_clients_close()
 
 
-class Run:
-    """One training model of a person's session, numbering its requests."""
-
-    def __init__(self, person, runtime, session_id: str, seq: int = 0) -> None:
-        self.person, self.runtime = person, runtime
-        self.id = create_model(person, runtime, session_id, seq=seq)
-        self.seq = 0
-
-    def submit(self, endpoint: str, /, **body):
-        self.seq += 1
-        return self.person.post(endpoint, {"model_id": self.id, "seq_id": self.seq, **body})
-
-    def run(self, endpoint: str, /, **body) -> dict:
-        r = self.submit(endpoint, **body)
-        assert r.status_code == 200, r.content
-        return result(self.person, self.runtime, r.json())
+class Run(ModelRun):
+    """A training model that also trains and reads its outputs."""
 
     def step(self, i: int) -> float:
         """One training step on data of its own; returns the loss."""

@@ -63,11 +63,18 @@ def test_an_account_a_role_and_keys_from_the_command_line(tmp_path) -> None:
     with pytest.raises(CommandError, match="already registered"):
         run("vpc_subnets", "--account", other["account_id"], "--add", "subnet-0a0a0a0a")
 
+    assert (
+        run("vpc_subnets", "--account", account["account_id"], "--remove", "subnet-0a0a0a0a") == ""
+    )
+    with pytest.raises(CommandError, match="not registered"):
+        run("vpc_subnets", "--account", account["account_id"], "--remove", "subnet-0a0a0a0a")
+
     tenant = Tenant.objects.get(account_id=account["account_id"])
     by_operator = AuditEvent.objects.filter(tenant=tenant, principal="system:operator")
     assert sorted(by_operator.values_list("action", flat=True)) == [
         "iam:CreateApiKey",
         "iam:CreateRole",
         "storage:RegisterLocation",
+        "vpc:DeregisterSubnet",
         "vpc:RegisterSubnet",
     ]

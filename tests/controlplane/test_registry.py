@@ -17,7 +17,7 @@ from controlplane.registry.models import ModelPackage
 from controlplane.training_sessions.models import Checkpoint, Session, TrainingModel
 
 from .conftest import TINY, Person
-from .wire import create_model, datum, result
+from .wire import ModelRun, datum, result
 
 pytestmark = pytest.mark.django_db
 
@@ -25,22 +25,8 @@ TOKENS = [3, 1, 4, 1, 5, 9, 2, 6]
 GROUPS = "registry/model-package-groups"
 
 
-class Run:
-    """A training model of a session, numbering its requests."""
-
-    def __init__(self, person: Person, runtime, session_id: str, seq: int = 0) -> None:
-        self.person, self.runtime = person, runtime
-        self.id = create_model(person, runtime, session_id, seq=seq)
-        self.seq = 0
-
-    def submit(self, endpoint: str, /, **body):
-        self.seq += 1
-        return self.person.post(endpoint, {"model_id": self.id, "seq_id": self.seq, **body})
-
-    def run(self, endpoint: str, /, **body) -> dict:
-        r = self.submit(endpoint, **body)
-        assert r.status_code == 200, r.content
-        return result(self.person, self.runtime, r.json())
+class Run(ModelRun):
+    """A training model that also trains and reads its outputs."""
 
     def train(self, lr: float = 0.05) -> None:
         data = {"data": [datum(TOKENS)], "loss_fn": "cross_entropy"}

@@ -17,7 +17,7 @@ from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.training_sessions.models import Checkpoint
 from tests.kms import aws_server
 
-from .wire import create_model, datum, result
+from .wire import ModelRun, datum, result
 
 pytestmark = pytest.mark.django_db
 
@@ -39,22 +39,8 @@ def scratch(runtime, tmp_path) -> Path:
     return folder
 
 
-class Run:
-    """One training model of a person's session, numbering its requests."""
-
-    def __init__(self, person, runtime, session_id: str, seq: int = 0) -> None:
-        self.person, self.runtime = person, runtime
-        self.id = create_model(person, runtime, session_id, seq=seq)
-        self.seq = 0
-
-    def submit(self, endpoint: str, /, **body):
-        self.seq += 1
-        return self.person.post(endpoint, {"model_id": self.id, "seq_id": self.seq, **body})
-
-    def run(self, endpoint: str, /, **body) -> dict:
-        r = self.submit(endpoint, **body)
-        assert r.status_code == 200, r.content
-        return result(self.person, self.runtime, r.json())
+class Run(ModelRun):
+    """A training model that also trains and reads its outputs."""
 
     def train(self) -> None:
         data = {"data": [datum(TOKENS)], "loss_fn": "cross_entropy"}

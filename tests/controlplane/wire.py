@@ -56,3 +56,21 @@ def result(person, runtime, fut: dict) -> dict:
     r = person.post("retrieve_future", {"request_id": fut["request_id"]})
     assert r.status_code == 200, (r.status_code, r.content)
     return r.json()
+
+
+class ModelRun:
+    """One training model of a person's session, numbering its requests."""
+
+    def __init__(self, person, runtime, session_id: str, seq: int = 0) -> None:
+        self.person, self.runtime = person, runtime
+        self.id = create_model(person, runtime, session_id, seq=seq)
+        self.seq = 0
+
+    def submit(self, endpoint: str, /, **body):
+        self.seq += 1
+        return self.person.post(endpoint, {"model_id": self.id, "seq_id": self.seq, **body})
+
+    def run(self, endpoint: str, /, **body) -> dict:
+        r = self.submit(endpoint, **body)
+        assert r.status_code == 200, r.content
+        return result(self.person, self.runtime, r.json())

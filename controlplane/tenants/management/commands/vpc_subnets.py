@@ -1,37 +1,23 @@
 """Register (or remove) the subnets of a tenant's VPC that workers are connected to."""
 
-from django.core.management.base import BaseCommand, CommandError
-
-from controlplane.audit.services import audit_operator
-from controlplane.errors import DomainError
-from controlplane.tenants.models import Subnet, Tenant
+from controlplane.tenants.models import Subnet
 from controlplane.tenants.services import subnet_deregister, subnet_register
 
+from ..account_lists import AccountListCommand
 
-class Command(BaseCommand):
+
+class Command(AccountListCommand):
     help = (
         "List, --add or --remove the subnets registered to --account. Sessions may only name "
         "their own tenant's subnets in vpc_config."
     )
+    metavar, model, field = "SUBNET_ID", Subnet, "subnet_id"
+    added_action, removed_action = "vpc:RegisterSubnet", "vpc:DeregisterSubnet"
 
-    def add_arguments(self, parser) -> None:
-        parser.add_argument("--account", required=True, help="the tenant's 12-digit account id")
-        parser.add_argument("--add", action="append", default=[], metavar="SUBNET_ID")
-        parser.add_argument("--remove", action="append", default=[], metavar="SUBNET_ID")
-        parser.add_argument("--description", default="")
+    @staticmethod
+    def register(tenant, entry: str, description: str) -> None:
+        subnet_register(tenant=tenant, subnet_id=entry, description=description)
 
-    def handle(self, *args, **opts) -> None:
-        tenant = Tenant.objects.filter(account_id=opts["account"]).first()
-        if tenant is None:
-            raise CommandError(f"no account {opts['account']}")
-        try:
-            for subnet in opts["add"]:
-                subnet_register(tenant=tenant, subnet_id=subnet, description=opts["description"])
-                audit_operator(tenant=tenant, action="vpc:RegisterSubnet", resource=subnet)
-            for subnet in opts["remove"]:
-                subnet_deregister(tenant=tenant, subnet_id=subnet)
-                audit_operator(tenant=tenant, action="vpc:DeregisterSubnet", resource=subnet)
-        except DomainError as exc:
-            raise CommandError(exc.detail) from None
-        for subnet in Subnet.objects.filter(tenant=tenant).order_by("subnet_id"):
-            self.stdout.write(f"{subnet.subnet_id}\t{subnet.description}")
+    @staticmethod
+    def deregister(tenant, entry: str) -> None:
+        subnet_deregister(tenant=tenant, subnet_id=entry)
