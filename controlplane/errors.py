@@ -52,3 +52,11 @@ class QuotaExceeded(DomainError):
 
     status = 429
     code = "quota_exceeded"
+
+
+class BudgetExhausted(DomainError):
+    """A tenant's tokens this month reached its budget; the detail names the budget, the usage
+    and when it resets."""
+
+    status = 402
+    code = "budget_exhausted"

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "controlplane.registry",
     "controlplane.metering",
     "controlplane.quotas",
+    "controlplane.billing",
     "controlplane.api",
     "web",
 ]
@@ -129,6 +130,8 @@ INVITATION_TTL_DAYS = env.int("LOOPWRIGHT_INVITATION_TTL_DAYS", default=7)
 # Per-tenant quotas (docs/quotas.md); manage.py set_quota overrides them for one account.
 MAX_CONCURRENT_SESSIONS = env.int("LOOPWRIGHT_MAX_CONCURRENT_SESSIONS", default=10)
 REQUESTS_PER_MINUTE = env.int("LOOPWRIGHT_REQUESTS_PER_MINUTE", default=6000)
+# Tokens per calendar month (UTC) per tenant; unset: unlimited.
+MONTHLY_TOKEN_BUDGET = env.int("LOOPWRIGHT_MONTHLY_TOKEN_BUDGET", default=None)
 RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or (
     BROKER_URL if BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
@@ -136,6 +139,21 @@ RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or
 KMS_MASTER_KEY = env.str("LOOPWRIGHT_KMS_MASTER_KEY", default="loopwright-kms:" + SECRET_KEY)
 KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None
 KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
+
+# Usage pushed to Stripe Billing meters (docs/billing.md, "Stripe"); no key: nothing is pushed.
+STRIPE_API_KEY = env.str("LOOPWRIGHT_STRIPE_API_KEY", default="")
+STRIPE_API_BASE = env.str("LOOPWRIGHT_STRIPE_API_BASE", default="https://api.stripe.com")
+STRIPE_METER_EVENT_NAMES = {
+    "train_tokens": "loopwright_train_tokens",
+    "forward_tokens": "loopwright_forward_tokens",
+    "prefill_tokens": "loopwright_prefill_tokens",
+    "sampled_tokens": "loopwright_sampled_tokens",
+    **env.dict("LOOPWRIGHT_STRIPE_METER_EVENT_NAMES", default={}),
+}
+STRIPE_PUSH_WINDOW_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_WINDOW_MINUTES", default=60)
+STRIPE_PUSH_GRACE_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_GRACE_MINUTES", default=15)
+STRIPE_PUSH_BACKFILL_DAYS = env.int("LOOPWRIGHT_STRIPE_PUSH_BACKFILL_DAYS", default=30)
+STRIPE_MAX_NETWORK_RETRIES = env.int("LOOPWRIGHT_STRIPE_MAX_NETWORK_RETRIES", default=2)
 
 LOGGING = {
     "version": 1,

@@ -67,6 +67,7 @@ urlpatterns = [
     path("audit/events", audit.events),
     path("billing/usage", billing.usage),
     path("billing/invoice-preview", billing.invoice_preview),
+    path("billing/reconciliation", billing.reconciliation),
     path("vpc/subnets", meta.subnets),
     path("storage/locations", meta.storage_locations),
     # KMS keys: <key_id> is the key's id, its URL-encoded ARN, or its alias (alias/...)

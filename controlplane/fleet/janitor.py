@@ -1,6 +1,7 @@
 """Periodic housekeeping: expire idle sessions (their models are unloaded), old checkpoints and
 their model package versions, delete KMS keys past their deletion date, place models that wait for
-a worker, prune the audit log, old failed logins and finished request-rate windows."""
+a worker, prune the audit log, old failed logins and finished request-rate windows, and push
+closed usage windows to Stripe when a key is configured."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from django.db import close_old_connections
 
 from controlplane.audit.services import audit_prune
+from controlplane.billing.services import billing_push
 from controlplane.kms.services import keys_purge
 from controlplane.quotas.ratelimit import request_counts_prune
 from controlplane.registry.services import packages_expire
@@ -42,6 +44,7 @@ def sweep() -> dict:
         log.info("pruned %d audit events past retention", pruned)
     login_failures_prune()
     request_counts_prune()
+    pushed = billing_push()  # last: Stripe being slow or away never holds up the rest
     return {
         "pruned_audit_events": pruned,
         "expired_sessions": expired,
@@ -49,6 +52,7 @@ def sweep() -> dict:
         "expired_packages": packages,
         "deleted_keys": keys,
         "placed_models": placed,
+        "stripe_meter_events_sent": pushed.sent,
     }
 
 

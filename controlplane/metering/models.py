@@ -59,6 +59,27 @@ class UsageRecord(models.Model):
         ]
 
 
+class UsageDaily(models.Model):
+    """The tokens of one UTC day per tenant, session, base model and meter: the sum of those
+    usage rows, kept in the transaction that writes them (reports read whole days here)."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage_days")
+    day = models.DateField()
+    session_id = models.CharField(max_length=64, blank=True, default="")  # "": no session
+    base_model = models.CharField(max_length=200)
+    meter = models.CharField(max_length=32, choices=Meter.choices)
+    quantity = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "day", "session_id", "base_model", "meter"],
+                name="uniq_usage_daily",
+            ),
+        ]
+
+
 class PricePoint(models.Model):
     """A price per million tokens of one meter on one base model (``*``: any), from a time on."""
 

@@ -11,7 +11,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from itertools import pairwise
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 
 from controlplane.errors import DomainError
@@ -27,6 +27,7 @@ CURRENCY = "usd"
 COST_PLACES = Decimal("0.000001")
 CENT = Decimal("0.01")
 
+_DAY = timedelta(days=1)
 _COLUMN = {"day": "day", "session": "session_id", "base_model": "base_model", "meter": "meter"}
 
 
@@ -141,28 +142,46 @@ def usage_report(
 ) -> Report:
     """Tokens and cost from ``start`` to ``end`` (whole UTC days), grouped by ``group_by``.
 
-    The range is cut wherever a price changes; each piece is summed by the database per group,
-    base model and meter, and priced at the price in force during that piece.
+    The range is cut wherever a price changes, so each piece has one price per base model and
+    meter. A piece's whole UTC days are summed from the daily totals, the hours before its first
+    and after its last midnight from the usage rows; both are summed by the database per group,
+    base model and meter.
     """
     book = book or PriceBook.of(selectors.price_points(currency=CURRENCY))
     lo, hi = _midnight(start), _midnight(end + timedelta(days=1))
     cuts = [lo, *book.changes_within(lo, hi), hi]
     columns = list(dict.fromkeys([_COLUMN[k] for k in group_by] + ["base_model", "meter"]))
+    scope = {"tenant": tenant, "meters": meters, "session_id": session_id}
     totals: dict[tuple, list] = {}
     for a, b in pairwise(cuts):
-        qs = selectors.usage_rows(
-            tenant=tenant, start=a, end=b, meters=meters, session_id=session_id
-        )
-        if "day" in group_by:
-            qs = qs.annotate(day=TruncDate("occurred_at", tzinfo=UTC))
-        for row in qs.values(*columns).annotate(q=Sum("quantity")).order_by():
-            key = tuple((k, _text(row[_COLUMN[k]])) for k in group_by)
-            cost = book.cost(row["base_model"], row["meter"], a, row["q"])
-            acc = totals.setdefault(key, [0, ZERO])
-            acc[0] += row["q"]
-            acc[1] += cost
+        for qs in _piece_sums(a, b, scope=scope, by_day="day" in group_by):
+            for row in qs.values(*columns).annotate(q=Sum("quantity")).order_by():
+                key = tuple((k, _text(row[_COLUMN[k]])) for k in group_by)
+                cost = book.cost(row["base_model"], row["meter"], a, row["q"])
+                acc = totals.setdefault(key, [0, ZERO])
+                acc[0] += row["q"]
+                acc[1] += cost
     lines = [Line(key, q, cost) for key, (q, cost) in sorted(totals.items())]
     return Report(start, end, tuple(group_by), lines)
+
+
+def _piece_sums(a: datetime, b: datetime, *, scope: dict, by_day: bool) -> list[QuerySet]:
+    """Querysets covering ``[a, b)`` exactly: daily totals for its whole UTC days, usage rows for
+    the partial days at either end."""
+    a, b = a.astimezone(UTC), b.astimezone(UTC)
+    first = _midnight(a.date()) if a == _midnight(a.date()) else _midnight(a.date() + _DAY)
+    last = _midnight(b.date())
+    if first >= last:  # no whole day inside
+        spans = [(a, b)]
+        days = None
+    else:
+        spans = [(x, y) for x, y in ((a, first), (last, b)) if x < y]
+        days = selectors.usage_days(first=first.date(), stop=last.date(), **scope)
+    out: list[QuerySet] = [] if days is None else [days]
+    for x, y in spans:
+        qs = selectors.usage_rows(start=x, end=y, **scope)
+        out.append(qs.annotate(day=TruncDate("occurred_at", tzinfo=UTC)) if by_day else qs)
+    return out
 
 
 def _text(value: object) -> str:

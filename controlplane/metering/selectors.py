@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
 from controlplane.tenants.models import Tenant
 
-from .models import PricePoint, UsageRecord
+from .models import PricePoint, UsageDaily, UsageRecord
 
 
 def usage_rows(
@@ -27,6 +27,30 @@ def usage_rows(
     if session_id is not None:
         qs = qs.filter(session_id=session_id)
     return qs
+
+
+def usage_days(
+    *,
+    tenant: Tenant,
+    first: date,
+    stop: date,
+    meters: Sequence[str] | None = None,
+    session_id: str | None = None,
+) -> QuerySet[UsageDaily]:
+    """The tenant's daily totals of the UTC days ``first <= day < stop``."""
+    qs = UsageDaily.objects.filter(tenant=tenant, day__gte=first, day__lt=stop)
+    if meters:
+        qs = qs.filter(meter__in=list(meters))
+    if session_id is not None:
+        qs = qs.filter(session_id=session_id)
+    return qs
+
+
+def month_tokens(*, tenant: Tenant, month: date) -> int:
+    """The tenant's tokens of every meter in the calendar month (UTC) that starts on ``month``."""
+    stop = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+    total = usage_days(tenant=tenant, first=month, stop=stop).aggregate(q=Sum("quantity"))["q"]
+    return total or 0
 
 
 def session_usage_rows(*, tenant: Tenant, session_id: str) -> QuerySet[UsageRecord]:

@@ -14,6 +14,7 @@ from controlplane.errors import DomainError
 from controlplane.training_sessions.models import Operation
 
 from .models import ANY_BASE_MODEL, Meter, PricePoint, UsageRecord
+from .rollup import usage_rows_write
 
 
 def input_tokens(model_input: dict) -> int:
@@ -52,7 +53,7 @@ def usage_record_for(op: Operation) -> list[UsageRecord]:
     """Write the usage rows of ``op``, which has just completed (inside its transaction).
 
     A row that exists already for (operation, meter) is left alone, so completing the same
-    operation again never adds usage.
+    operation again never adds usage; the rows written are added to their day's totals.
     """
     counts = operation_usage(op.kind, op.payload or {}, op.result or {})
     if not counts:
@@ -78,8 +79,7 @@ def usage_record_for(op: Operation) -> list[UsageRecord]:
         for meter, quantity in counts.items()
         if quantity > 0
     ]
-    UsageRecord.objects.bulk_create(rows, ignore_conflicts=True)
-    return rows
+    return usage_rows_write(rows)
 
 
 @transaction.atomic

@@ -15,15 +15,16 @@ from .models import TenantQuota
 class Limits:
     concurrent_sessions: int
     requests_per_minute: int
-    monthly_token_budget: int | None  # None: unlimited (not enforced yet)
+    monthly_token_budget: int | None  # tokens per calendar month (UTC); None: unlimited
 
 
 def limits_for(tenant: Tenant) -> Limits:
     row = TenantQuota.objects.filter(tenant_id=tenant.pk).first()
     sessions = row.concurrent_sessions if row else None
     rate = row.requests_per_minute if row else None
+    budget = row.monthly_token_budget if row else None
     return Limits(
         concurrent_sessions=settings.MAX_CONCURRENT_SESSIONS if sessions is None else sessions,
         requests_per_minute=settings.REQUESTS_PER_MINUTE if rate is None else rate,
-        monthly_token_budget=row.monthly_token_budget if row else None,
+        monthly_token_budget=settings.MONTHLY_TOKEN_BUDGET if budget is None else budget,
     )

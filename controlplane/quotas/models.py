@@ -14,7 +14,7 @@ class TenantQuota(models.Model):
     )
     concurrent_sessions = models.PositiveIntegerField(null=True, blank=True)
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    # Tokens per calendar month across the tenant's usage; stored, not enforced yet.
+    # Tokens per calendar month (UTC) across the tenant's usage; refused at submit once reached.
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

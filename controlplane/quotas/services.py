@@ -29,6 +29,7 @@ def quota_set(
     tenant: Tenant,
     concurrent_sessions: int | Keep | None = KEEP,
     requests_per_minute: int | Keep | None = KEEP,
+    monthly_token_budget: int | Keep | None = KEEP,
 ) -> Limits:
     """Override a tenant's limits (None goes back to the default); the effective limits."""
     changes = {}
@@ -40,6 +41,12 @@ def quota_set(
         if requests_per_minute is not None and requests_per_minute < 1:
             raise DomainError("requests per minute must be 1 or more", field="requests_per_minute")
         changes["requests_per_minute"] = requests_per_minute
+    if monthly_token_budget is not KEEP:
+        if monthly_token_budget is not None and monthly_token_budget < 0:
+            raise DomainError(
+                "monthly token budget must be 0 or more", field="monthly_token_budget"
+            )
+        changes["monthly_token_budget"] = monthly_token_budget
     if changes:
         TenantQuota.objects.update_or_create(tenant=tenant, defaults=changes)
     return limits_for(tenant)

@@ -23,6 +23,7 @@ __all__ = [
     "LoopwrightError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "PaymentRequiredError",
     "PermissionDeniedError",
     "RateLimitError",
     "RequestFailedError",
@@ -88,6 +89,11 @@ class AuthenticationError(APIStatusError):
     """401: the API key is missing, unknown or revoked."""
 
 
+class PaymentRequiredError(APIStatusError):
+    """402: the account's monthly token budget is used up (``code`` "budget_exhausted"); the
+    detail says when it resets. Not retried."""
+
+
 class PermissionDeniedError(APIStatusError):
     """403: the key's principal may not do this (an IAM policy denies it)."""
 
@@ -139,6 +145,7 @@ class RequestFailedError(APIError):
 _BY_STATUS: dict[int, type[APIStatusError]] = {
     400: BadRequestError,
     401: AuthenticationError,
+    402: PaymentRequiredError,
     403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,

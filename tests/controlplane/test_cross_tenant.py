@@ -39,6 +39,7 @@ NOT_TENANT_SCOPED = {
     "audit/events": "list: checked for leaks",
     "billing/usage": "report of the caller's account: checked for leaks",
     "billing/invoice-preview": "the caller's account: checked for leaks",
+    "billing/reconciliation": "the caller's account: checked for leaks",
     "kms/keys": "list: checked for leaks",
     "vpc/subnets": "list: checked for leaks",
     "storage/locations": "list: checked for leaks",
@@ -275,6 +276,7 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
         "billing/usage?group_by=day,session,base_model,meter",
         "billing/usage?group_by=session&format=csv",
         "billing/invoice-preview",
+        "billing/reconciliation",
     ):
         r = charlie.get(path)
         assert r.status_code == 200, (path, r.content)

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from controlplane.metering.models import PricePoint, UsageRecord
+from controlplane.metering.rollup import usage_rows_write
 from controlplane.metering.services import price_set, usage_record_for
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Operation
@@ -134,7 +135,7 @@ DAY2 = datetime(2026, 12, 5, 12, tzinfo=UTC)
 
 
 def _row(person: Person, session: str, meter: str, qty: int, at: datetime, base: str = TINY):
-    return UsageRecord.objects.create(
+    row = UsageRecord(
         tenant=person.tenant,
         session_id=session,
         base_model=base,
@@ -142,6 +143,7 @@ def _row(person: Person, session: str, meter: str, qty: int, at: datetime, base:
         quantity=qty,
         occurred_at=at,
     )
+    return usage_rows_write([row])
 
 
 @pytest.fixture

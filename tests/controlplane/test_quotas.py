@@ -87,7 +87,11 @@ def test_another_tenants_sessions_do_not_count(alice, charlie, settings) -> None
 
 def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, charlie) -> None:
     out = set_quota(alice, "--concurrent-sessions", "1", "--requests-per-minute", "100")
-    assert out.splitlines() == ["concurrent_sessions\t1", "requests_per_minute\t100"]
+    assert out.splitlines() == [
+        "concurrent_sessions\t1",
+        "requests_per_minute\t100",
+        "monthly_token_budget\tunlimited",
+    ]
     open_session(alice)
     assert_session_quota(create(alice), limit=1, live=1)
     open_session(charlie)
@@ -97,6 +101,7 @@ def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, char
     assert set_quota(alice, "--concurrent-sessions", "default").splitlines() == [
         "concurrent_sessions\t10",
         "requests_per_minute\t100",  # untouched
+        "monthly_token_budget\tunlimited",
     ]
     assert create(alice).status_code == 200
     assert set_quota(alice).splitlines()[0] == "concurrent_sessions\t10"  # shows, changes nothing

@@ -145,6 +145,7 @@ def test_bad_key_is_an_authentication_error(server: FakeServer) -> None:
     [
         (400, loopwright.BadRequestError),
         (401, loopwright.AuthenticationError),
+        (402, loopwright.PaymentRequiredError),
         (403, loopwright.PermissionDeniedError),
         (404, loopwright.NotFoundError),
         (409, loopwright.ConflictError),

@@ -1,8 +1,10 @@
-"""Usage and cost reports, the current month's invoice preview, and a session's usage."""
+"""Usage and cost reports, the current month's invoice preview, a session's usage, and the
+reconciliation of usage with the meter events pushed to Stripe."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, time, timedelta
 
 from django.http import HttpResponse
 from django.utils import timezone
@@ -11,6 +13,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.billing.reconciliation import billing_reconcile
 from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
 from controlplane.metering import reports
@@ -67,3 +70,16 @@ def session_usage(request: Request, session_id: str) -> Response:
     allow(request, "sessions:DescribeTrainingSession", session_arn(tenant, session_id))
     session = sessions.session_get(tenant=tenant, session_id=session_id)
     return Response(reports.session_usage(tenant=tenant, session_id=session.id))
+
+
+@api_view(["GET"])
+def reconciliation(request: Request) -> Response:
+    q = request.query_params
+    start, end = reports.parse_range(q.get("start"), q.get("end"), today=timezone.now().date())
+    allow(request, "billing:ManageBilling")
+    report = billing_reconcile(
+        datetime.combine(start, time.min, tzinfo=UTC),
+        datetime.combine(end + timedelta(days=1), time.min, tzinfo=UTC),
+        tenant=tenant_of(request),
+    )
+    return Response(report.as_json(errors=False))

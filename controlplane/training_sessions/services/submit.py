@@ -17,6 +17,7 @@ from django.utils import timezone
 from controlplane import dispatch
 from controlplane.fleet.models import BaseModel
 from controlplane.fleet.services import Network
+from controlplane.quotas.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
@@ -29,6 +30,8 @@ from .sessions import session_touch
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
 DEFAULT_ALPHA = 32.0
 TOUCH_SECONDS = 5.0
+# operations that consume metered tokens, refused once the tenant's monthly budget is used up
+TOKEN_KINDS = frozenset({Operation.Kind.FORWARD, Operation.Kind.FORWARD_BACKWARD})
 
 
 def digest(payload: dict) -> str:
@@ -199,6 +202,8 @@ def training_submit(
         if existing is not None and existing.payload_digest == payload_digest:
             return existing  # a retry: same answer whatever state the session is in now
     _require_ready(model)
+    if kind in TOKEN_KINDS:
+        token_budget_check(tenant=tenant)
     if seq_id is None:
         top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
         seq_id = top + 1
@@ -363,6 +368,7 @@ def sample_submit(
     _require_open(sampler.session)
     if sampler.live_model_id:
         _require_ready(sampler.live_model)
+    token_budget_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(
         tenant=tenant,

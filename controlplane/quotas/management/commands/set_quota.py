@@ -1,4 +1,5 @@
-"""Show or change one account's quotas (concurrent sessions, requests per minute)."""
+"""Show or change one account's quotas (concurrent sessions, requests per minute, monthly token
+budget)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _limit(value: str) -> int | None:
 class Command(BaseCommand):
     help = (
         "Override --account's quotas; 'default' goes back to the settings "
-        "(LOOPWRIGHT_MAX_CONCURRENT_SESSIONS, LOOPWRIGHT_REQUESTS_PER_MINUTE). "
+        "(LOOPWRIGHT_MAX_CONCURRENT_SESSIONS, LOOPWRIGHT_REQUESTS_PER_MINUTE, "
+        "LOOPWRIGHT_MONTHLY_TOKEN_BUDGET). "
         "Prints the effective limits."
     )
 
@@ -37,12 +39,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--requests-per-minute", type=_limit, metavar="N|default", default=SUPPRESS
         )
+        parser.add_argument(
+            "--monthly-token-budget", type=_limit, metavar="N|default", default=SUPPRESS
+        )
 
     def handle(self, *args, **opts) -> None:
         tenant = Tenant.objects.filter(account_id=opts["account"]).first()
         if tenant is None:
             raise CommandError(f"no account {opts['account']}")
-        changes = {k: opts[k] for k in ("concurrent_sessions", "requests_per_minute") if k in opts}
+        names = ("concurrent_sessions", "requests_per_minute", "monthly_token_budget")
+        changes = {k: opts[k] for k in names if k in opts}
         try:
             limits = quota_set(tenant=tenant, **changes)
         except DomainError as exc:
@@ -57,3 +63,5 @@ class Command(BaseCommand):
             )
         self.stdout.write(f"concurrent_sessions\t{limits.concurrent_sessions}")
         self.stdout.write(f"requests_per_minute\t{limits.requests_per_minute}")
+        budget = limits.monthly_token_budget
+        self.stdout.write(f"monthly_token_budget\t{'unlimited' if budget is None else budget}")
