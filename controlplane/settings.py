@@ -141,6 +141,9 @@ KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or
 KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
 
 # Usage pushed to Stripe Billing meters (docs/billing.md, "Stripe"); no key: nothing is pushed.
+# How often Celery beat runs housekeeping and the Stripe push (controlplane/celery_app.py).
+SWEEP_SECONDS = env.float("LOOPWRIGHT_SWEEP_SECONDS", default=15.0)
+STRIPE_PUSH_EVERY_SECONDS = env.float("LOOPWRIGHT_STRIPE_PUSH_EVERY_SECONDS", default=60.0)
 STRIPE_API_KEY = env.str("LOOPWRIGHT_STRIPE_API_KEY", default="")
 STRIPE_API_BASE = env.str("LOOPWRIGHT_STRIPE_API_BASE", default="https://api.stripe.com")
 STRIPE_METER_EVENT_NAMES = {
