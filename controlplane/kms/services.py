@@ -29,7 +29,6 @@ __all__ = [
     "default_key_for",
     "key_cancel_deletion",
     "key_create",
-    "key_describe",
     "key_disable",
     "key_enable",
     "key_list",
@@ -81,10 +80,6 @@ def _audit(action: str, key: KmsKey, actor: str) -> None:
 
 
 # -- reads ------------------------------------------------------------------------------------
-def key_describe(*, tenant: Tenant, actor: str, key_id: str) -> KmsKey:
-    return key_resolve(tenant=tenant, ref=key_id)
-
-
 def key_list(*, tenant: Tenant, actor: str) -> list[KmsKey]:
     return _key_list(tenant=tenant)
 

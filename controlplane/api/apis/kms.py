@@ -37,10 +37,20 @@ def _actor(request: Request) -> str:
     return getattr(request.user, "arn", None) or str(request.user)
 
 
-def _allow_on_key(request: Request, action: str, key_id: str) -> None:
+def _allow_on_key(request: Request, action: str, key_id: str) -> KmsKey:
     """Authorize ``action`` on the key's ARN (the URL may name it by id, ARN or alias)."""
     key = services.key_resolve(tenant=tenant_of(request), ref=key_id)
     allow(request, action, key.arn)
+    return key
+
+
+def _state_change(request: Request, key_id: str, action: str, change) -> Response:
+    """A body-less change of one key's state (``change`` is the service doing it)."""
+    _allow_on_key(request, action, key_id)
+    body_of(request, set())
+    return Response(
+        key_json(change(tenant=tenant_of(request), actor=_actor(request), key_id=key_id))
+    )
 
 
 def _optional_text(body: dict, name: str) -> str | None:
@@ -72,31 +82,17 @@ def keys(request: Request) -> Response:
 
 @api_view(["GET"])
 def key(request: Request, key_id: str) -> Response:
-    _allow_on_key(request, "kms:DescribeKey", key_id)
-    found = services.key_describe(tenant=tenant_of(request), actor=_actor(request), key_id=key_id)
-    return Response(key_json(found))
+    return Response(key_json(_allow_on_key(request, "kms:DescribeKey", key_id)))
 
 
 @api_view(["POST"])
 def key_disable(request: Request, key_id: str) -> Response:
-    _allow_on_key(request, "kms:DisableKey", key_id)
-    body_of(request, set())
-    return Response(
-        key_json(
-            services.key_disable(tenant=tenant_of(request), actor=_actor(request), key_id=key_id)
-        )
-    )
+    return _state_change(request, key_id, "kms:DisableKey", services.key_disable)
 
 
 @api_view(["POST"])
 def key_enable(request: Request, key_id: str) -> Response:
-    _allow_on_key(request, "kms:EnableKey", key_id)
-    body_of(request, set())
-    return Response(
-        key_json(
-            services.key_enable(tenant=tenant_of(request), actor=_actor(request), key_id=key_id)
-        )
-    )
+    return _state_change(request, key_id, "kms:EnableKey", services.key_enable)
 
 
 @api_view(["POST"])
@@ -114,20 +110,9 @@ def key_schedule_deletion(request: Request, key_id: str) -> Response:
 
 @api_view(["POST"])
 def key_cancel_deletion(request: Request, key_id: str) -> Response:
-    _allow_on_key(request, "kms:CancelKeyDeletion", key_id)
-    body_of(request, set())
-    found = services.key_cancel_deletion(
-        tenant=tenant_of(request), actor=_actor(request), key_id=key_id
-    )
-    return Response(key_json(found))
+    return _state_change(request, key_id, "kms:CancelKeyDeletion", services.key_cancel_deletion)
 
 
 @api_view(["POST"])
 def key_rotate(request: Request, key_id: str) -> Response:
-    _allow_on_key(request, "kms:RotateKey", key_id)
-    body_of(request, set())
-    return Response(
-        key_json(
-            services.key_rotate(tenant=tenant_of(request), actor=_actor(request), key_id=key_id)
-        )
-    )
+    return _state_change(request, key_id, "kms:RotateKey", services.key_rotate)
