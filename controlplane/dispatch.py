@@ -1,7 +1,11 @@
-"""Wake a worker: send a ``loopwright.drain`` message to its queue (after the transaction commits).
+"""Wake a worker when it has work: on PostgreSQL a ``NOTIFY loopwright_wake, '<queue>'`` sent in
+the submitting transaction (delivered at its commit, straight to the worker's listening
+connection); elsewhere a ``loopwright.drain`` message to the worker's Celery queue, sent after
+the commit.
 
-The message carries nothing but a nudge: the worker reads what to do from the database, so a lost,
-duplicated or reordered message never loses, repeats or reorders work.
+Either nudge carries nothing but the queue: the worker reads what to do from the database, so a
+lost, duplicated or reordered nudge never loses, repeats or reorders work (a worker also looks
+for work left waiting at every heartbeat).
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from functools import lru_cache
 
 from celery import Celery
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 DRAIN_TASK = "loopwright.drain"
+WAKE_CHANNEL = "loopwright_wake"
 
 
 def broker_url(configured: str) -> str:
@@ -47,6 +52,17 @@ def celery_client() -> Celery:
     return app
 
 
+def wakes_by_notify() -> bool:
+    """Whether workers are woken through PostgreSQL (they listen when this is true)."""
+    return settings.WAKE_WORKERS_BY_NOTIFY and settings.DATABASES["default"]["ENGINE"].endswith(
+        "postgresql"
+    )
+
+
 def wake_worker(queue: str) -> None:
     """Nudge ``queue`` once the current transaction commits (at once outside a transaction)."""
+    if wakes_by_notify():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, queue])
+        return
     transaction.on_commit(lambda: celery_client().send_task(DRAIN_TASK, queue=queue))

@@ -5,3 +5,16 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """The test database, as pytest-django makes it; before it is dropped, this process's
+    listening connection (IAM changes, finished operations) is closed."""
+    yield
+    from controlplane.training_sessions.notify import listener
+
+    listener.stop()

@@ -27,6 +27,7 @@ from controlplane.training_sessions.services.storage import storage_at
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
 from .sealing import Vault
+from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
 
@@ -75,8 +76,15 @@ def _listed(value: str) -> tuple[str, ...]:
 
 class WorkerRuntime:
     def __init__(
-        self, settings: WorkerSettings, *, host: ModelHost | None = None, heartbeat: bool = True
+        self,
+        settings: WorkerSettings,
+        *,
+        host: ModelHost | None = None,
+        heartbeat: bool = True,
+        listen: bool | None = None,
     ) -> None:
+        """``listen``: wake on PostgreSQL notices (default: when submits send them and the
+        runtime runs on its own, i.e. with its heartbeat)."""
         self.settings = settings
         self.host = host or ModelHost(
             settings.base_model,
@@ -97,8 +105,13 @@ class WorkerRuntime:
             log.warning("failed %d operations left running by a previous process", recovered)
         self._place_waiting()
         self._stop = threading.Event()
+        # One drain at a time: the Celery task and the wake listener both call drain().
+        self._drain_lock = threading.Lock()
+        self.wake: WakeListener | None = None
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
+        if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
+            self.wake = WakeListener(settings.queue, self.drain, self._stop).start()
 
     def _register(self):
         m = self.host.materialized
@@ -138,15 +151,25 @@ class WorkerRuntime:
         fleet.worker_heartbeat(name=self.settings.name)
         self._place_waiting()
         if execution.has_waiting_work(worker=self.worker):
+            if self.wake is not None:
+                self.wake.poke()
+                return
             dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
 
     def shutdown(self) -> None:
         self._stop.set()
-        fleet.worker_retire(name=self.settings.name)
+        with self._drain_lock:  # an operation in flight finishes and is recorded first
+            fleet.worker_retire(name=self.settings.name)
 
     # -- work ------------------------------------------------------------------------------
     def drain(self) -> int:
         """Run everything runnable; returns how many operations ran."""
+        with self._drain_lock:
+            if self._stop.is_set():
+                return 0
+            return self._drain()
+
+    def _drain(self) -> int:
         ran = 0
         while True:
             progressed = 0

@@ -19,6 +19,19 @@ class Limits:
 
 
 def limits_for(tenant: Tenant) -> Limits:
+    from controlplane.iam import credential_cache
+
+    if not credential_cache.usable():
+        return _limits_read(tenant)
+    found = credential_cache.cache.limits_get(tenant.pk)
+    if found is None:
+        generation = credential_cache.cache.generation
+        found = _limits_read(tenant)
+        credential_cache.cache.limits_put(tenant.pk, generation, found)
+    return found
+
+
+def _limits_read(tenant: Tenant) -> Limits:
     row = TenantQuota.objects.filter(tenant_id=tenant.pk).first()
     sessions = row.concurrent_sessions if row else None
     rate = row.requests_per_minute if row else None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from rest_framework import authentication, exceptions
 
+from controlplane.iam import credential_cache
 from controlplane.iam.principals import Principal, for_api_key, for_membership
 
 from .models import Membership
 from .selectors import api_key_for
-from .services import api_key_touch
+from .services import api_key_touch, key_digest
 
 TENANT_HEADER = "X-Loopwright-Account"  # which of a logged-in user's tenants a call is for
 
@@ -25,10 +26,22 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 raw = auth[7:].strip()
         if not raw:
             return None
+        cacheable = credential_cache.usable()
+        if cacheable:
+            digest = key_digest(raw)
+            hit = credential_cache.cache.get(digest)
+            if hit is not None:
+                key, principal = hit
+                api_key_touch(key=key)
+                return principal, key
+            generation = credential_cache.cache.generation
         key = api_key_for(raw)
         principal = for_api_key(key) if key is not None else None
         if principal is None:
             raise exceptions.AuthenticationFailed("invalid, revoked or expired API key")
+        if cacheable:
+            principal.policies()  # evaluated once, kept with the principal
+            credential_cache.cache.put(digest, generation, key, principal)
         api_key_touch(key=key)
         return principal, key
 
