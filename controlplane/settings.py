@@ -118,11 +118,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)
 # On PostgreSQL, long polls wake on NOTIFY from the worker instead of polling the database.
 NOTIFY_ON_COMPLETION = env.bool("LOOPWRIGHT_NOTIFY_ON_COMPLETION", default=True)
-# On PostgreSQL, a submit wakes its worker with NOTIFY at commit (no broker hop); the worker's
-# Celery queue still carries start-up and heartbeat nudges. False: every nudge goes via Celery.
+# How long /v1/chat/completions and /v1/completions wait for their sample operations (504 after).
+OPENAI_WAIT_SECONDS = env.float("LOOPWRIGHT_OPENAI_WAIT_SECONDS", default=300.0)
 # Seconds a control-plane process may reuse what an API key resolved to (PostgreSQL only; IAM
 # changes clear every process's cache at commit). 0: look it up on every request.
 AUTH_CACHE_SECONDS = env.float("LOOPWRIGHT_AUTH_CACHE_SECONDS", default=30.0)
+# On PostgreSQL, a submit wakes its worker with NOTIFY at commit (no broker hop); the worker's
+# Celery queue still carries start-up and heartbeat nudges. False: every nudge goes via Celery.
 WAKE_WORKERS_BY_NOTIFY = env.bool("LOOPWRIGHT_WAKE_WORKERS_BY_NOTIFY", default=True)
 SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
 WORKER_STALE_SECONDS = env.int("LOOPWRIGHT_WORKER_STALE_SECONDS", default=30)

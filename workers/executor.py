@@ -166,6 +166,7 @@ def sample_job(payload: dict) -> SampleJob:
         SamplingParams.model_validate(payload["sampling_params"]),
         prompt_logprobs=bool(payload.get("prompt_logprobs")),
         topk_prompt_logprobs=int(payload.get("topk_prompt_logprobs") or 0),
+        topk_logprobs=int(payload.get("topk_logprobs") or 0),
     )
 
 
@@ -229,7 +230,7 @@ def run_samples(
                 outcomes[i] = classify(exc)
             continue
         for (i, _), res in zip(members, results, strict=True):
-            outcomes[i] = Outcome(result=res.to_response().model_dump(mode="json"))
+            outcomes[i] = Outcome(result=res.to_wire())
     samplers.trim(host)  # after the batch: never drop an adapter this batch is using
     return [o if o is not None else Outcome(error="not run") for o in outcomes]
 

@@ -4,7 +4,9 @@ Each distinct prompt is prefilled once, its cache rows repeated for its samples;
 all rows in one batch and drops finished rows from the cache. The returned logprob of a token is
 its log-probability under the distribution it was drawn from (temperature, top-k and top-p
 applied); at temperature 1 with no truncation that equals the trainer's ``forward`` logprob.
-Greedy decoding (temperature 0) reports the model's untempered logprob.
+Greedy decoding (temperature 0) reports the model's untempered logprob. On request, each step
+also reports the k most likely tokens under that same distribution (tokens it could not draw,
+removed by top-k/top-p, are left out).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .errors import InvalidInput
 
 MAX_NUM_SAMPLES = 128
 MAX_TOPK_PROMPT_LOGPROBS = 64
+MAX_TOPK_LOGPROBS = 20
 
 
 @dataclass
@@ -40,6 +43,7 @@ class SampleJob:
     seed: int | None = None
     prompt_logprobs: bool = False
     topk_prompt_logprobs: int = 0
+    topk_logprobs: int = 0  # the k most likely tokens at each generated position
 
     @classmethod
     def from_wire(
@@ -50,6 +54,7 @@ class SampleJob:
         *,
         prompt_logprobs: bool = False,
         topk_prompt_logprobs: int = 0,
+        topk_logprobs: int = 0,
     ) -> SampleJob:
         stop = params.stop
         strings: list[str] = []
@@ -80,7 +85,11 @@ class SampleJob:
             seed=params.seed,
             prompt_logprobs=bool(prompt_logprobs),
             topk_prompt_logprobs=int(topk_prompt_logprobs or 0),
+            topk_logprobs=int(topk_logprobs or 0),
         )
+
+
+TopK = list[tuple[int, float]]  # (token id, logprob), most likely first
 
 
 @dataclass
@@ -88,6 +97,7 @@ class SampledSeq:
     tokens: list[int]
     logprobs: list[float]
     stop_reason: StopReason
+    topk_logprobs: list[TopK] | None = None  # per generated token, when the job asked for them
 
 
 @dataclass
@@ -106,6 +116,15 @@ class SampleResult:
             topk_prompt_logprobs=self.topk_prompt_logprobs,
         )
 
+    def to_wire(self) -> dict:
+        """The JSON result: the wire ``SampleResponse``, plus each sequence's ``topk_logprobs``
+        (``[[token, logprob], ...]`` per token) when they were asked for."""
+        wire = self.to_response().model_dump(mode="json")
+        for seq, out in zip(self.sequences, wire["sequences"], strict=True):
+            if seq.topk_logprobs is not None:
+                out["topk_logprobs"] = [[[t, lp] for t, lp in step] for step in seq.topk_logprobs]
+        return wire
+
     @property
     def sampled_tokens(self) -> int:
         return sum(len(s.tokens) for s in self.sequences)
@@ -117,6 +136,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: StopReason | None = None
+    topk: list[TopK] | None = None
 
 
 class Sampler:
@@ -182,6 +202,8 @@ class Sampler:
             raise InvalidInput(
                 f"{where}topk_prompt_logprobs", f"must be in [0, {MAX_TOPK_PROMPT_LOGPROBS}]"
             )
+        if not 0 <= job.topk_logprobs <= MAX_TOPK_LOGPROBS:
+            raise InvalidInput(f"{where}topk_logprobs", f"must be in [0, {MAX_TOPK_LOGPROBS}]")
         return max_tokens
 
     # -- sampling --------------------------------------------------------------------------
@@ -199,15 +221,17 @@ class Sampler:
         logits_R_V = last_logits_J_V[index]
         mask_R_L = mask_J_L[index]
         positions_R = mask_R_L.sum(-1) - 1
-        rows = [_Row(job=j) for j in row_job]
+        rows = [_Row(job=j, topk=[] if jobs[j].topk_logprobs else None) for j in row_job]
         generators = [self._generator(job) for job in jobs]
         active = list(range(len(rows)))
         while True:
-            tokens, logps = self._draw(logits_R_V, [rows[r].job for r in active], jobs, generators)
+            row_jobs = [rows[r].job for r in active]
+            tokens, logps, tops = self._draw(logits_R_V, row_jobs, jobs, generators)
             for pos, r in enumerate(active):
-                self._append(
-                    rows[r], tokens[pos], logps[pos], jobs[rows[r].job], limits[rows[r].job]
-                )
+                row = rows[r]
+                if row.topk is not None:
+                    row.topk.append(tops[pos])
+                self._append(row, tokens[pos], logps[pos], jobs[row.job], limits[row.job])
             keep = [pos for pos, r in enumerate(active) if rows[r].stop_reason is None]
             if not keep:
                 break
@@ -230,7 +254,7 @@ class Sampler:
         results = []
         for j, _job in enumerate(jobs):
             seqs = [
-                SampledSeq(r.tokens, r.logprobs, r.stop_reason or "length")
+                SampledSeq(r.tokens, r.logprobs, r.stop_reason or "length", r.topk)
                 for r in rows
                 if r.job == j
             ]
@@ -298,7 +322,8 @@ class Sampler:
         jobs: Sequence[SampleJob],
         gens: list[torch.Generator],
     ):
-        """Pick one token per row; returns tokens and their logprobs under the sampling law."""
+        """Pick one token per row; returns tokens, their logprobs under the sampling law and,
+        for rows whose job asks, the most likely tokens under that law."""
         dev = logits_R_V.device
         temps = torch.tensor([jobs[j].temperature for j in row_jobs], device=dev)
         greedy = temps == 0
@@ -319,7 +344,7 @@ class Sampler:
             raw = torch.log_softmax(logits_R_V, dim=-1)
             logp_R_V = torch.where(greedy.unsqueeze(-1), raw, logp_R_V)
         picked = logp_R_V.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        return tokens.tolist(), picked.tolist()
+        return tokens.tolist(), picked.tolist(), _top_logprobs(logp_R_V, row_jobs, jobs)
 
     @staticmethod
     def _truncate(
@@ -361,6 +386,21 @@ class Sampler:
         window = max(len(s) for s in stops) + 8
         text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
         return any(s in text for s in stops)
+
+
+def _top_logprobs(
+    logp_R_V: torch.Tensor, row_jobs: list[int], jobs: Sequence[SampleJob]
+) -> list[TopK]:
+    """Per row, its job's ``topk_logprobs`` most likely tokens (empty if none are asked for);
+    tokens of probability 0 (removed by top-k/top-p) are left out."""
+    k = min(max(jobs[j].topk_logprobs for j in row_jobs), logp_R_V.shape[-1])
+    if k <= 0:
+        return [[] for _ in row_jobs]
+    values_R_K, ids_R_K = logp_R_V.topk(k, dim=-1)
+    return [
+        [(t, v) for t, v in zip(ids[: jobs[j].topk_logprobs], vals, strict=False) if v > -math.inf]
+        for j, ids, vals in zip(row_jobs, ids_R_K.tolist(), values_R_K.tolist(), strict=True)
+    ]
 
 
 def _inverse_cdf(logp_N_V: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -1,0 +1,314 @@
+"""Completions for the OpenAI endpoints: resolve the model name to a sampler, render the prompt,
+submit sample operations exactly as ``asample`` does (ordering, metering, quotas), and wait.
+
+Model names: ``sampler-…`` (a sampler), ``model-…`` (a training model's current weights),
+``sess-…`` (a session's newest sampler), a ``tinker://`` checkpoint path or a model package
+version ARN (a sampler on the saved weights, made on first use in an open session).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from django.conf import settings
+from transformers import PreTrainedTokenizerBase
+
+from controlplane.fleet.models import BaseModel
+from controlplane.fleet.services import live_workers
+from controlplane.iam.resources import checkpoint_arn, sampler_arn
+from controlplane.tenants.models import Tenant
+from controlplane.training_sessions import notify, selectors
+from controlplane.training_sessions.errors import NotActive, NotFound, Unavailable
+from controlplane.training_sessions.models import (
+    Operation,
+    SamplingSession,
+    Session,
+    TrainingModel,
+)
+from controlplane.training_sessions.services import submit
+from loopwright.types import ModelInput, SampleRequest, SamplingParams
+
+from . import rendering
+from .errors import ModelNotFound, OperationFailed, Timeout
+from .rendering import Choice, RenderError
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+Authorize = Callable[[str, str], None]  # (action, resource ARN): raises AccessDenied
+OPEN = submit.OPEN_STATES
+CHECKPOINT_PREFIXES = ("tinker://", "arn:")
+ROLES = {"developer": "system"}  # OpenAI's newer name; chat templates know "system"
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished request: its choices (index = prompt × n + sample) and the tokens it used."""
+
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    prompt_tokens: int
+    completion_tokens: int
+    tokenizer: PreTrainedTokenizerBase
+
+
+# -- model names ------------------------------------------------------------------------------
+@contextmanager
+def _as_model_not_found(name: str) -> Iterator[None]:
+    try:
+        yield
+    except NotFound:
+        raise ModelNotFound(name) from None
+
+
+def model_sampler(*, tenant: Tenant, name: str, authorize: Authorize) -> SamplingSession:
+    """The sampler that serves ``name`` to the caller; another tenant's name is not found."""
+    with _as_model_not_found(name):
+        if name.startswith(CHECKPOINT_PREFIXES):
+            sampler = _checkpoint_sampler(tenant, name, authorize)
+        elif name.startswith("sampler-"):
+            sampler = selectors.sampler_get(tenant=tenant, sampling_session_id=name)
+        elif name.startswith("model-"):
+            model = selectors.model_get(tenant=tenant, model_id=name)
+            sampler = _live_sampler(tenant, model, authorize)
+        elif name.startswith("sess-"):
+            session = selectors.session_get(tenant=tenant, session_id=name)
+            newest = _newest_sampler(tenant, session, authorize)
+            if newest is None:
+                raise ModelNotFound(name)
+            sampler = newest
+        else:
+            raise ModelNotFound(name)
+    authorize("sessions:Sample", sampler_arn(tenant, sampler.id))
+    return sampler
+
+
+def _live_sampler(tenant: Tenant, model: TrainingModel, authorize: Authorize) -> SamplingSession:
+    """A sampler on the model's adapter as it trains (one is made on first use)."""
+    sampler = (
+        SamplingSession.objects.filter(tenant=tenant, live_model=model, worker_id=model.worker_id)
+        .order_by("-created_at")
+        .first()
+    )
+    if sampler is None:
+        authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
+        sampler = submit.sampler_create(
+            tenant=tenant,
+            session_id=model.session_id,
+            seq=None,
+            base_model=None,
+            model_path=None,
+            model_id=model.id,
+        )
+    return sampler
+
+
+def _newest_sampler(
+    tenant: Tenant, session: Session, authorize: Authorize
+) -> SamplingSession | None:
+    """The session's newest sampler; without one, a sampler on its newest ready model."""
+    sampler = session.sampling_sessions.order_by("-created_at", "-id").first()
+    if sampler is not None:
+        return sampler
+    model = session.models.filter(state=TrainingModel.State.READY).order_by("-created_at").first()
+    if model is None:
+        return None
+    return _live_sampler(tenant, model, authorize)
+
+
+def _checkpoint_sampler(tenant: Tenant, path: str, authorize: Authorize) -> SamplingSession:
+    """A sampler on saved weights: one already open on them, else a new one in the checkpoint's
+    own session or, once that ended, in the account's newest open session."""
+    ckpt = selectors.checkpoint_by_path(tenant=tenant, tinker_path=path, field="model")
+    authorize("sessions:CreateChatCompletion", checkpoint_arn(tenant, ckpt.model_id, ckpt.name))
+    sampler = (
+        SamplingSession.objects.filter(
+            tenant=tenant,
+            model_path=ckpt.tinker_path,
+            storage_path=ckpt.storage_path,  # not a sampler on weights the path held before
+            session__state__in=OPEN,
+            worker__in=live_workers(),
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    if sampler is not None:
+        return sampler
+    session: Session | None = ckpt.model.session
+    if session is None or session.state not in OPEN:
+        session = (
+            Session.objects.filter(tenant=tenant, state__in=OPEN).order_by("-created_at").first()
+        )
+    if session is None:
+        raise NotActive(
+            f"no open session of this account can serve {path}: start a session, then retry",
+            field="model",
+        )
+    authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
+    return submit.sampler_create(
+        tenant=tenant,
+        session_id=session.id,
+        seq=None,
+        base_model=None,
+        model_path=ckpt.tinker_path,
+        model_id=None,
+    )
+
+
+# -- tokenizers ---------------------------------------------------------------------------------
+_tokenizers: dict[str, tuple[object, PreTrainedTokenizerBase]] = {}
+_tokenizers_lock = threading.Lock()
+
+
+def tokenizer_for(base_model: str) -> PreTrainedTokenizerBase:
+    """The base model's tokenizer, built once from the files its worker registered (and again
+    when a worker registers it anew)."""
+    stamp = BaseModel.objects.filter(name=base_model).values_list("updated_at", flat=True).first()
+    if stamp is None:
+        raise Unavailable(f"no worker has served {base_model!r}", field="model")
+    cached = _tokenizers.get(base_model)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    base = BaseModel.objects.get(name=base_model)
+    tokenizer = rendering.tokenizer_load(base.tokenizer_files, base.chat_template)
+    with _tokenizers_lock:
+        _tokenizers[base_model] = (base.updated_at, tokenizer)
+    return tokenizer
+
+
+def _context_length(base_model: str) -> int:
+    return BaseModel.objects.filter(name=base_model).values_list("context_length", flat=True)[0]
+
+
+# -- completions --------------------------------------------------------------------------------
+def chat_complete(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Authorize) -> Completed:
+    sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
+    tokenizer = tokenizer_for(sampler.base_model)
+    messages = [
+        {
+            "role": ROLES.get(m.role, m.role),
+            "content": m.text(),
+            **({"name": m.name} if m.name else {}),
+        }
+        for m in req.messages
+    ]
+    prompt = rendering.render_chat(tokenizer, messages)
+    return _complete(tenant, sampler, tokenizer, [prompt], req, "messages", "chatcmpl")
+
+
+def text_complete(*, tenant: Tenant, req: CompletionRequest, authorize: Authorize) -> Completed:
+    sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
+    tokenizer = tokenizer_for(sampler.base_model)
+    vocab = len(tokenizer)
+    prompts = []
+    for i, p in enumerate(req.prompts):
+        ids = rendering.encode_prompt(tokenizer, p) if isinstance(p, str) else list(p)
+        if not ids:
+            raise RenderError("prompt: must not be empty", field="prompt")
+        if any(not 0 <= t < vocab for t in ids):
+            raise RenderError(f"prompt[{i}]: token ids must be in [0, {vocab})", field="prompt")
+        prompts.append(ids)
+    return _complete(tenant, sampler, tokenizer, prompts, req, "prompt", "cmpl")
+
+
+def _complete(
+    tenant: Tenant,
+    sampler: SamplingSession,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[list[int]],
+    req: ChatCompletionRequest | CompletionRequest,
+    prompt_param: str,
+    id_prefix: str,
+) -> Completed:
+    context = _context_length(sampler.base_model)
+    payloads = [_payload(p, req, context, prompt_param) for p in prompts]
+    # Submitted together, so the worker batches them; each is one sample operation, metered alone.
+    ops = [
+        submit.sample_submit(
+            tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
+        )
+        for payload in payloads
+    ]
+    deadline = time.monotonic() + settings.OPENAI_WAIT_SECONDS
+    for op in ops:
+        operation_wait(op, deadline)
+    stops, eos = req.stop_strings, tokenizer.eos_token_id
+    choices = []
+    for op in ops:
+        if op.status == Operation.Status.FAILED:
+            raise OperationFailed(op.error, category=op.error_category or "server")
+        choices += [rendering.choice_of(tokenizer, s, stops, eos) for s in op.result["sequences"]]
+    return Completed(
+        id=f"{id_prefix}-{ops[0].id}",
+        created=int(ops[0].created_at.timestamp()),
+        model=req.model,
+        choices=choices,
+        prompt_tokens=sum(len(p) for p in prompts),
+        completion_tokens=sum(c.sampled_tokens for c in choices),
+        tokenizer=tokenizer,
+    )
+
+
+def _payload(
+    prompt: list[int], req: ChatCompletionRequest | CompletionRequest, context: int, param: str
+) -> dict:
+    """The body ``asample`` would store for this prompt, plus the top logprobs asked for."""
+    room = context - len(prompt)
+    limit = req.token_limit
+    if room <= 0 or (limit is not None and limit > room):
+        asked = f"{len(prompt)} tokens in the {param}"
+        if limit is not None:
+            asked = f"{len(prompt) + limit} tokens ({asked}, {limit} in the completion)"
+        raise RenderError(
+            f"This model's maximum context length is {context} tokens. However, you "
+            f"requested {asked}.",
+            field=param if room <= 0 else "max_tokens",
+        )
+    params = SamplingParams(
+        max_tokens=limit if limit is not None else room,
+        seed=req.seed,
+        stop=req.stop_strings or None,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_k=-1 if req.top_k is None else req.top_k,
+        top_p=1.0 if req.top_p is None else req.top_p,
+    )
+    body = SampleRequest(
+        num_samples=req.choices_per_prompt,
+        prompt=ModelInput.from_ints(prompt),
+        sampling_params=params,
+    ).model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
+    if req.top_k_logprobs:
+        body["topk_logprobs"] = req.top_k_logprobs
+    return body
+
+
+def operation_wait(op: Operation, deadline: float) -> Operation:
+    """Wait until ``op`` finishes (woken by the worker's notice on PostgreSQL, else polling);
+    past ``deadline`` (monotonic) it raises ``Timeout``: the operation still runs."""
+    fields = ["status", "result", "error", "error_category"]
+    event = notify.listener.register(op.pk) if notify.available() else None
+    pause = 0.005
+    try:
+        op.refresh_from_db(fields=fields)  # after registering: an early notice is not missed
+        while op.status not in Operation.FINISHED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise Timeout(
+                    f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "
+                    f"(request {op.id} is still queued and will be metered when it runs)"
+                )
+            if event is not None:
+                event.wait(min(remaining, 1.0))
+                event.clear()
+            else:
+                time.sleep(min(remaining, pause))
+                pause = min(pause * 1.5, 0.1)
+            op.refresh_from_db(fields=fields)
+    finally:
+        if event is not None:
+            notify.listener.unregister(op.pk, event)
+    return op

@@ -1,0 +1,77 @@
+"""The OpenAI-compatible views: validate, call one service, serialize (or stream). Errors come
+back in OpenAI's shape; the caller is authenticated by API key (``Authorization: Bearer``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.http import StreamingHttpResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from controlplane.api.parsing import allow, parse, tenant_of
+
+from . import errors, responses, selectors, services, sse
+from .schemas import ChatCompletionRequest, CompletionRequest
+
+
+class OpenAIView(APIView):
+    def get_exception_handler(self):
+        return errors.exception_handler
+
+
+def _authorizer(request: Request) -> services.Authorize:
+    return lambda action, resource: allow(request, action, resource)
+
+
+def _streamed(chunks: Iterable[dict]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(sse.event_stream(chunks), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # proxies pass each event on at once
+    return response
+
+
+class ModelsView(OpenAIView):
+    def get(self, request: Request) -> Response:
+        allow(request, "sessions:ListTrainingSessions")
+        return Response(
+            {"object": "list", "data": selectors.models_list(tenant=tenant_of(request))}
+        )
+
+
+class ModelView(OpenAIView):
+    def get(self, request: Request, model: str) -> Response:
+        allow(request, "sessions:ListTrainingSessions")
+        found = selectors.model_get(tenant=tenant_of(request), name=model)
+        return Response(found)
+
+
+class ChatCompletionsView(OpenAIView):
+    def post(self, request: Request) -> Response | StreamingHttpResponse:
+        req = parse(request, ChatCompletionRequest)
+        done = services.chat_complete(
+            tenant=tenant_of(request), req=req, authorize=_authorizer(request)
+        )
+        if req.stream:
+            return _streamed(
+                sse.chat_chunks(
+                    done, logprobs=req.wants_logprobs, include_usage=req.include_usage_chunk
+                )
+            )
+        return Response(responses.chat_completion(done, logprobs=req.wants_logprobs))
+
+
+class CompletionsView(OpenAIView):
+    def post(self, request: Request) -> Response | StreamingHttpResponse:
+        req = parse(request, CompletionRequest)
+        done = services.text_complete(
+            tenant=tenant_of(request), req=req, authorize=_authorizer(request)
+        )
+        if req.stream:
+            return _streamed(
+                sse.completion_chunks(
+                    done, logprobs=req.wants_logprobs, include_usage=req.include_usage_chunk
+                )
+            )
+        return Response(responses.text_completion(done, logprobs=req.wants_logprobs))
