@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.db.models import Max
+
 from controlplane.tenants.models import Tenant
 
 from .errors import NotFound
@@ -28,6 +30,13 @@ def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:
         )
     except TrainingModel.DoesNotExist:
         raise NotFound(f"model {model_id!r} not found", field="model_id") from None
+
+
+def model_next_free_seq(model: TrainingModel) -> int:
+    """The seq_id after the highest one the model has received (where an attaching client
+    continues); at least the one it runs next."""
+    highest = model.operations.aggregate(highest=Max("seq_id"))["highest"]
+    return max(model.next_seq, (highest if highest is not None else -1) + 1)
 
 
 def model_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[TrainingModel]:

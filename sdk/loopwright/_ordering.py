@@ -34,9 +34,9 @@ class Ticket:
 class SeqOrder:
     """A model's seq_id counter (from 1) and the chain of its calls' sends."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int = 1) -> None:
         self._lock = threading.Lock()
-        self._next = 1
+        self._next = start
         self._last_sent: concurrent.futures.Future[None] | None = None
 
     def reserve(self, count: int) -> Ticket:

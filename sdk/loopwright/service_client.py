@@ -30,6 +30,7 @@ from .types import (
     CreateModelResponse,
     CreateSessionRequest,
     CreateSessionResponse,
+    GetInfoResponse,
     GetServerCapabilitiesResponse,
     ListBaseModelsResponse,
     ListSessionInfosResponse,
@@ -231,6 +232,24 @@ class ServiceClient:
             stop_quietly(session, raise_errors=False)  # do not leave it counting against the quota
             raise
         return TrainingClient(self._runtime, session, created.model_id, base_model)
+
+    def create_training_client(self, model_id: str) -> TrainingClient:
+        """A training client on an existing model of the caller's account (one made in the
+        dashboard, or by another script): its requests continue after the last one the model
+        received, in its own session, which this client keeps alive while it is open and leaves
+        open when it closes (it did not start it).
+
+        Two clients sending to one model at once would take the same seq_ids; attach only
+        where no one else is sending.
+        """
+        info = self._runtime.post("get_info", GetInfoResponse, {"model_id": model_id})
+        if info.session_id is None or info.next_seq_id is None:
+            raise ValueError(f"{model_id}: the server does not say where its requests continue")
+        session = Session(self._runtime.http, self._runtime.heartbeat, info.session_id)
+        base_model = info.model_name or info.model_data.tokenizer_id or ""
+        return TrainingClient(
+            self._runtime, session, info.model_id, base_model, next_seq_id=info.next_seq_id
+        )
 
     def _from_state(self, path: str, optimizer: bool, **options: Any) -> TrainingClient:
         check_training_path(path)

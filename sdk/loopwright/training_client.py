@@ -69,14 +69,21 @@ def check_training_path(path: str) -> None:
 class TrainingClient:
     """A training model: forward_backward, optim_step, checkpoints, samplers. Use ``with`` to stop."""
 
-    def __init__(self, runtime: Runtime, session: Session, model_id: str, base_model: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        session: Session,
+        model_id: str,
+        base_model: str,
+        next_seq_id: int = 1,
+    ) -> None:
         self._runtime = runtime
         self._session = session
         self.model_id = model_id
         """The model's id (also its training run id and the host part of its tinker:// paths)."""
         self.base_model = base_model
         """The base model it fine-tunes."""
-        self._order = SeqOrder()
+        self._order = SeqOrder(next_seq_id)
         self._tokenizer: PreTrainedTokenizerBase | None = None
 
     @property

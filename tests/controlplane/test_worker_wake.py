@@ -58,7 +58,7 @@ def test_a_notice_for_another_queue_does_not(listener) -> None:
 
 
 def test_wake_worker_sends_the_notice_at_commit(listener, settings) -> None:
-    _wake, drains, drained = listener
+    _wake, _drains, drained = listener
     settings.WAKE_WORKERS_BY_NOTIFY = True
     from django.db import transaction
 
@@ -66,4 +66,3 @@ def test_wake_worker_sends_the_notice_at_commit(listener, settings) -> None:
         dispatch.wake_worker("gpu.mine")
         assert not drained.wait(0.5)  # not before the commit
     assert drained.wait(5)
-

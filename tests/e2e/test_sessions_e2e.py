@@ -164,6 +164,34 @@ def test_sft_loop_then_resume_in_a_new_session_with_optimizer(pg_stack) -> None:
             charlie.create_training_client_from_state(path)
 
 
+def test_a_second_script_attaches_to_a_live_model_and_continues_its_order(pg_stack) -> None:
+    key, role = pg_stack.keys["alice"], pg_stack.roles["alice"]
+    with ServiceClient(base_url=pg_stack.url, api_key=key, role_arn=role) as first:
+        tc = first.create_lora_training_client(TINY, rank=4, seed=3)
+        data = sft_datums(tc.get_tokenizer())
+        adam = AdamParams(learning_rate=1e-3)
+        tc.forward_backward(data, loss_fn="cross_entropy").result()
+        tc.optim_step(adam).result()
+        with ServiceClient(base_url=pg_stack.url, api_key=key) as second:
+            attached = second.create_training_client(tc.model_id)
+            assert attached.session_id == tc.session_id and attached.base_model == TINY
+            # its requests take seq_ids 3 and 4: they run, in order, after the first two
+            loss = attached.forward_backward(data, loss_fn="cross_entropy").result()
+            attached.optim_step(adam).result()
+            assert loss.metrics["loss:sum"] > 0
+        info = first.get_session(tc.session_id)
+        assert info.state == "active"
+        with (
+            ServiceClient(
+                base_url=pg_stack.url,
+                api_key=pg_stack.keys["charlie"],
+                role_arn=pg_stack.roles["charlie"],
+            ) as charlie,
+            pytest.raises(NotFoundError),
+        ):
+            charlie.create_training_client(tc.model_id)
+
+
 def test_embedded_default_smoke(embedded_stack) -> None:
     with ServiceClient(
         base_url=embedded_stack.url,

@@ -109,6 +109,8 @@ EXTRA_FIELDS = {
     ("LoraConfig", "alpha"),
     ("CreateSamplingSessionRequest", "model_id"),
     ("SaveWeightsForSamplerRequest", "merge_weights"),
+    ("GetInfoResponse", "session_id"),
+    ("GetInfoResponse", "next_seq_id"),
     *(
         ("CreateSessionRequest", name)
         for name in (

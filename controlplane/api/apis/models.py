@@ -79,6 +79,8 @@ def get_info(request: Request) -> Response:
             "model_name": model.base_model,
             "state": model.state,
             "lora": model.lora,
+            "session_id": model.session_id,
+            "next_seq_id": selectors.model_next_free_seq(model),
             **placement_json(model),
         }
     )

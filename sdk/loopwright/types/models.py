@@ -94,6 +94,13 @@ class GetInfoResponse(ResponseModel):
     model_name: str | None = None
     """The model's name."""
 
+    session_id: str | None = None
+    """The session the model lives in (Loopwright)."""
+
+    next_seq_id: int | None = None
+    """The seq_id after the highest one submitted to the model so far (Loopwright): where a
+    client that attaches to the model continues."""
+
 
 class UnloadModelRequest(RequestModel):
     """Release a training model's resources."""
