@@ -24,6 +24,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
     "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
     "rest_framework",
     "controlplane.tenants",
     "controlplane.iam",
@@ -43,10 +45,12 @@ MIDDLEWARE = [
     "controlplane.api.middleware.ServerTimingMiddleware",
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
 ]
 
 TEMPLATES = [
@@ -54,11 +58,25 @@ TEMPLATES = [
         "BACKEND": "django.template.backends.django.DjangoTemplates",
         "DIRS": [],
         "APP_DIRS": True,
-        "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.csrf",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "web.context_processors.dashboard",
+            ]
+        },
     }
 ]
 
 ROOT_URLCONF = "controlplane.urls"
+# The dashboard's CSS and JS, served by the app itself (WhiteNoise): no CDN, no extra server.
+STATIC_URL = "/static/"
+# Only for `manage.py collectstatic` (a CDN or proxy in front); unset, files come from the apps.
+STATIC_ROOT = env.str("LOOPWRIGHT_STATIC_ROOT", default="") or None
+WHITENOISE_USE_FINDERS = True  # straight from the apps' static folders; no collectstatic step
+LOGIN_URL = "/login"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 
 DATABASES = {

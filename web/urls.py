@@ -1,5 +1,7 @@
-from django.urls import path
+"""The dashboard: one URL module per section under ``web.pages``, each naming its full paths."""
 
-from . import views
+from django.urls import include, path
 
-urlpatterns = [path("", views.status, name="status")]
+SECTIONS = ("accounts", "overview", "sessions", "registry", "iam", "kms", "vpc", "billing", "audit")
+
+urlpatterns = [path("", include(f"web.pages.{section}")) for section in SECTIONS]

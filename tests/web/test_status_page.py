@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_status_page_shows_workers_and_base_models(client) -> None:
-    empty = client.get("/")
+    empty = client.get("/status")
     assert empty.status_code == 200 and b"No live worker" in empty.content
     worker_register(
         name="gpu0",
@@ -24,5 +24,10 @@ def test_status_page_shows_workers_and_base_models(client) -> None:
         capacity=8,
         device="cuda",
     )
-    page = client.get("/").content.decode()
+    page = client.get("/status").content.decode()
     assert "acme/model" in page and "gpu0" in page and "2048" in page and "8 models" in page
+
+
+def test_status_page_shows_the_navigation_to_someone_logged_in(alice) -> None:
+    page = alice.get("/status").content.decode()
+    assert 'href="/sessions"' in page and "acme" in page

@@ -1,0 +1,128 @@
+"""Dashboard fixtures: three people logged in with Django's test client. alice owns acme, bob is a
+member of acme, charlie owns another tenant. Each client carries ``.tenant``, ``.user``,
+``.membership`` (and ``.role_arn``, the tenant's session role, and ``.api_key``)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from controlplane.iam.provisioning import account_create
+from controlplane.tenants.models import Membership
+from controlplane.tenants.services import api_key_create, membership_add, user_create
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(autouse=True)
+def _settings(settings, tmp_path):
+    settings.BROKER_URL = "memory://"
+    settings.STORAGE_DIR = tmp_path / "storage"
+    settings.LONG_POLL_SECONDS = 0.2
+    settings.NOTIFY_ON_COMPLETION = False  # tests run inside a transaction: notices never commit
+
+
+def logged_in(membership: Membership, *, role_arn: str, api_key: str) -> Client:
+    client = Client()
+    client.force_login(membership.user)
+    client.tenant = membership.tenant
+    client.user = membership.user
+    client.membership = membership
+    client.role_arn = role_arn
+    client.api_key = api_key
+    return client
+
+
+def owner(name: str, tenant_name: str) -> Client:
+    """The owner of a new tenant (password ``PASSWORD``), logged in."""
+    account = account_create(
+        email=f"{name}@example.com", password=PASSWORD, tenant_name=tenant_name, key_name=name
+    )
+    return logged_in(account.membership, role_arn=account.session_role.arn, api_key=account.api_key)
+
+
+def member(name: str, of: Client, role: str = Membership.Role.MEMBER) -> Client:
+    """Someone who joins ``of``'s tenant with a membership ``role``, logged in."""
+    user = user_create(email=f"{name}@example.com", password=PASSWORD)
+    membership = membership_add(tenant=of.tenant, user=user, role=role)
+    _, raw = api_key_create(tenant=of.tenant, user=user, name=name)
+    return logged_in(membership, role_arn=of.role_arn, api_key=raw)
+
+
+@pytest.fixture
+def people(db):
+    alice = owner("alice", "acme")
+    return alice, member("bob", alice), owner("charlie", "other")
+
+
+@pytest.fixture
+def alice(people) -> Client:
+    return people[0]
+
+
+@pytest.fixture
+def bob(people) -> Client:
+    return people[1]
+
+
+@pytest.fixture
+def charlie(people) -> Client:
+    return people[2]
+
+
+BASE_MODEL = "acme/base"
+
+
+@pytest.fixture
+def worker(db):
+    """A live worker serving ``BASE_MODEL`` (no process behind it: operations stay queued)."""
+    from controlplane.fleet.services import worker_register
+
+    return worker_register(
+        name="gpu0",
+        queue="gpu.gpu0",
+        base_model=BASE_MODEL,
+        description="a test model",
+        context_length=2048,
+        chat_template=None,
+        tokenizer_files={},
+        tokenizer_path="",
+        capacity=8,
+        device="cuda",
+    )
+
+
+def train_tokens(n: int) -> dict:
+    """A forward_backward request body of one datum of ``n`` tokens (metered as train_tokens)."""
+    chunk = {"type": "encoded_text", "tokens": list(range(n))}
+    return {"forward_backward_input": {"data": [{"model_input": {"chunks": [chunk]}}]}}
+
+
+def finish(op, result: dict | None = None, *, error: str = ""):
+    """Run ``op`` as a worker would: claim it, then complete it with ``result`` (usage rows and
+    all) or fail it with ``error``."""
+    from controlplane.training_sessions.services import execution
+
+    assert execution.claim(op)
+    if error:
+        execution.fail(op, error, "user")
+    else:
+        execution.complete(op, result or {})
+    op.refresh_from_db()
+    return op
+
+
+def operation(model, kind: str, seq_id: int, payload: dict | None = None):
+    """A queued operation of ``model`` (as the submit path records one)."""
+    from controlplane.training_sessions.models import Operation
+
+    return Operation.objects.create(
+        tenant=model.tenant,
+        session=model.session,
+        model=model,
+        worker=model.worker,
+        seq_id=seq_id,
+        kind=kind,
+        payload=payload or {},
+        payload_digest=f"{kind}-{seq_id}",
+    )

@@ -1,0 +1,295 @@
+"""The IAM pages: roles and their policies, members, the policy editor (checked by the API's
+parser, errors in place), API keys (shown once, revoked) and the simulator; charlie gets 404s
+for acme's things and bob, a plain member, 403s where his built-in policy says no."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from controlplane.iam.models import Role
+from controlplane.iam.services import DEFAULT_TRUST_POLICY, role_create
+from controlplane.tenants.models import ApiKey
+from controlplane.tenants.selectors import api_key_for
+from controlplane.tenants.services import api_key_create
+
+pytestmark = pytest.mark.django_db
+
+GOOD = {
+    "Version": "2012-10-17",
+    "Statement": [{"Sid": "Read", "Effect": "Allow", "Action": "registry:List*", "Resource": "*"}],
+}
+BAD = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": "kms:ListKeys", "Resource": "*"},
+                  {"Effect": "Allw", "Action": "kms:ListKeys", "Resource": "*"}],
+}  # fmt: skip
+
+
+def trusting(person, name: str = "Deployer") -> Role:
+    """A role of ``person``'s tenant whose trust policy lets ``person`` assume it."""
+    arn = f"arn:loopwright:iam::{person.tenant.account_id}:user/{person.user.username}"
+    return role_create(
+        tenant=person.tenant,
+        actor=arn,
+        name=name,
+        description="ships models",
+        trust_policy={
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Loopwright": arn}, "Action": "sts:AssumeRole"}],
+        },
+        policies={"ship": GOOD},
+    )  # fmt: skip
+
+
+def test_logged_out_goes_to_login(client) -> None:
+    for url in ("/iam/roles", "/iam/users", "/iam/keys", "/iam/simulator", "/iam/roles/x"):
+        r = client.get(url)
+        assert r.status_code == 302 and r["Location"].startswith("/login?next=/iam"), url
+    assert client.get("/iam").status_code == 302
+
+
+def test_roles_list_detail_and_create(alice) -> None:
+    page = alice.get("/iam/roles").content.decode()
+    assert "LoopwrightSessionRole" in page and 'aria-current="page"' in page
+    page = alice.get("/iam/roles/LoopwrightSessionRole").content.decode()
+    assert "sessions.loopwright.dev" in page and "PassItself" in page  # trust and inline policy
+    r = alice.post("/iam/roles", {"name": "bad name!", "trust_policy": "{}"})
+    assert r.status_code == 400 and "a role name is 1 to 64" in r.content.decode()
+    r = alice.post("/iam/roles", {"name": "Evaluator", "trust_policy": '{"Version": "2012-10-17"'})
+    body = r.content.decode()
+    assert r.status_code == 400 and "trust_policy: invalid JSON" in body
+    assert 'id="id_trust_policy_error"' in body and 'aria-invalid="true"' in body
+    r = alice.post(
+        "/iam/roles",
+        {"name": "Evaluator", "description": "runs evals", "trust_policy": json.dumps(GOOD)},
+    )
+    assert r.status_code == 400 and "trust_policy.Statement[0].Action" in r.content.decode()
+    r = alice.post(
+        "/iam/roles",
+        {
+            "name": "Evaluator",
+            "description": "runs evals",
+            "trust_policy": json.dumps(DEFAULT_TRUST_POLICY),
+        },
+    )
+    assert r.status_code == 302 and r["Location"] == "/iam/roles/Evaluator"
+    assert Role.objects.get(tenant=alice.tenant, name="Evaluator").description == "runs evals"
+    r = alice.post("/iam/roles", {"name": "Evaluator", "trust_policy": "{}"})
+    assert r.status_code == 400
+
+
+def test_policy_editor_shows_errors_in_place_and_saves(alice) -> None:
+    url = "/iam/roles/LoopwrightSessionRole/policies/new"
+    assert "Statement" in alice.get(url).content.decode()  # a template to start from
+    r = alice.post(url, {"policy_name": "readers", "document": json.dumps(BAD, indent=2)})
+    body = r.content.decode()
+    assert r.status_code == 400
+    assert "document.Statement[1].Effect: must be &quot;Allow&quot; or &quot;Deny&quot;" in body
+    assert re.search(r'<textarea[^>]*aria-invalid="true"', body)
+    assert "Allw" in body  # what was typed stays in the editor
+    r = alice.post(url, {"policy_name": "readers", "document": "not json"})
+    assert r.status_code == 400 and "document: invalid JSON" in r.content.decode()
+    r = alice.post(url, {"policy_name": "readers", "document": json.dumps(GOOD)})
+    assert r.status_code == 302 and r["Location"] == "/iam/roles/LoopwrightSessionRole"
+    role = Role.objects.get(tenant=alice.tenant, name="LoopwrightSessionRole")
+    assert role.policies.get(name="readers").document == GOOD
+    edit = "/iam/roles/LoopwrightSessionRole/policies/readers"
+    assert "registry:List*" in alice.get(edit).content.decode()
+    changed = GOOD | {"Statement": [GOOD["Statement"][0] | {"Action": "registry:Describe*"}]}
+    r = alice.post(edit, {"policy_name": "renamed", "document": json.dumps(changed)})
+    assert r.status_code == 302
+    assert role.policies.get(name="readers").document["Statement"][0]["Action"] == (
+        "registry:Describe*"
+    )
+    assert not role.policies.filter(name="renamed").exists()
+    r = alice.post(f"{edit}/delete")
+    assert r.status_code == 302 and not role.policies.filter(name="readers").exists()
+    assert alice.get(edit).status_code == 404
+
+
+def test_trust_policy_editor(alice) -> None:
+    trusting(alice)
+    url = "/iam/roles/Deployer/trust-policy"
+    assert "sts:AssumeRole" in alice.get(url).content.decode()
+    r = alice.post(url, {"trust_policy": json.dumps(GOOD)})
+    body = r.content.decode()
+    assert r.status_code == 400 and "trust_policy.Statement[0].Action: a trust policy" in body
+    assert 'id="id_trust_policy_error"' in body
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "sessions.loopwright.dev"},
+                       "Action": "sts:AssumeRole"}],
+    }  # fmt: skip
+    r = alice.post(url, {"trust_policy": json.dumps(trust)})
+    assert r.status_code == 302
+    assert Role.objects.get(tenant=alice.tenant, name="Deployer").trust_policy == trust
+
+
+def test_members_and_their_policies(alice, bob) -> None:
+    page = alice.get("/iam/users").content.decode()
+    assert "alice@example.com" in page and "bob@example.com" in page and "Member" in page
+    page = alice.get("/iam/users/bob@example.com").content.decode()
+    assert "UseKeys" in page and "No inline policies" in page  # the built-in member policy
+    url = "/iam/users/bob@example.com/policies/new"
+    r = alice.post(url, {"policy_name": "x", "document": json.dumps(BAD)})
+    assert r.status_code == 400 and "document.Statement[1].Effect" in r.content.decode()
+    deny = {"Version": "2012-10-17",
+            "Statement": [{"Sid": "NoKeys", "Effect": "Deny", "Action": "kms:*", "Resource": "*"}]}  # fmt: skip
+    r = alice.post(url, {"policy_name": "no-kms", "document": json.dumps(deny)})
+    assert r.status_code == 302 and r["Location"] == "/iam/users/bob@example.com"
+    assert "NoKeys" in alice.get(r["Location"]).content.decode()
+    r = alice.post("/iam/users/bob@example.com/policies/no-kms/delete")
+    assert r.status_code == 302
+    assert "No inline policies" in alice.get("/iam/users/bob@example.com").content.decode()
+
+
+def test_api_keys_are_shown_once_and_revoked(alice) -> None:
+    page = alice.get("/iam/keys").content.decode()
+    first = ApiKey.objects.get(user=alice.user)
+    assert first.prefix in page and "active" in page
+    r = alice.post("/iam/keys", {"name": "laptop", "owner": "me", "expires_in_days": "30"})
+    body = r.content.decode()
+    assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
+    raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', body).group(1)
+    assert 'class="secret"' in body and 'data-copy="#raw-key"' in body
+    key = api_key_for(raw)
+    assert key is not None and key.user_id == alice.user.pk and key.name == "laptop"
+    assert raw not in alice.get("/iam/keys").content.decode()  # once
+    r = alice.post("/iam/keys", {"name": "", "owner": "me", "expires_in_days": "0"})
+    assert r.status_code == 400 and "greater than or equal to 1" in r.content.decode()
+    r = alice.post(f"/iam/keys/{key.prefix}/revoke")
+    assert r.status_code == 302 and api_key_for(raw) is None
+    assert "revoked" in alice.get("/iam/keys").content.decode()
+
+
+def test_role_keys_need_the_roles_trust(alice) -> None:
+    r = alice.post("/iam/keys", {"name": "ci", "owner": "role:LoopwrightSessionRole"})
+    body = r.content.decode()
+    assert r.status_code == 400 and "does not let" in body and 'id="id_owner_error"' in body
+    trusting(alice)
+    r = alice.post("/iam/keys", {"name": "ci", "owner": "role:Deployer"})
+    assert r.status_code == 200
+    raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', r.content.decode()).group(1)
+    key = api_key_for(raw)
+    assert key.role.name == "Deployer"
+    assert f"<code>{key.prefix}</code>" in r.content.decode()  # listed with the role's keys
+    page = alice.get("/iam/keys?owner=role:Deployer").content.decode()
+    assert key.prefix in page
+    assert alice.post(f"/iam/keys/{key.prefix}/revoke")["Location"] == (
+        "/iam/keys?owner=role%3ADeployer"
+    )
+
+
+def test_simulator_names_the_deciding_statement(alice, bob) -> None:
+    page = alice.get("/iam/simulator").content.decode()
+    assert "bob@example.com" in page and "LoopwrightSessionRole" in page and "kms:RotateKey" in page
+    r = alice.get(
+        "/iam/simulator",
+        {"principal": "user:bob@example.com", "action": "iam:CreateRole", "resource": ""},
+    )
+    body = r.content.decode()
+    assert (
+        "Denied" in body
+        and "ImplicitDeny" in body
+        and "No policy allows iam:CreateRole on *" in body
+    )
+    r = alice.get(
+        "/iam/simulator",
+        {"principal": "user:bob@example.com", "action": "registry:ListModelPackageGroups"},
+    )
+    body = r.content.decode()
+    assert (
+        "Allowed" in body
+        and "membership:member" in body
+        and "&quot;Sid&quot;: &quot;Train&quot;" in body
+    )
+    r = alice.get(
+        "/iam/simulator",
+        {
+            "principal": "role:LoopwrightSessionRole",
+            "action": "kms:Decrypt",
+            "resource": f"arn:loopwright:kms::{alice.tenant.account_id}:key/abc",
+        },
+    )
+    assert "Allowed" in r.content.decode() and "Checkpoints" in r.content.decode()
+    alice.post(
+        "/iam/users/bob@example.com/policies/new",
+        {
+            "policy_name": "no-registry",
+            "document": json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": [{"Sid": "Stop", "Effect": "Deny", "Action": "registry:*", "Resource": "*"}]}
+            ),
+        },
+    )  # fmt: skip
+    r = alice.get(
+        "/iam/simulator",
+        {"principal": "user:bob@example.com", "action": "registry:ListModelPackageGroups"},
+    )
+    assert "ExplicitDeny" in r.content.decode() and "no-registry" in r.content.decode()
+    r = alice.get("/iam/simulator", {"principal": "user:nobody", "action": "iam:GetRole"})
+    assert r.status_code == 400 and "Select a valid choice" in r.content.decode()
+
+
+def test_charlie_sees_nothing_of_acme(alice, charlie) -> None:
+    trusting(alice)
+    raw_key = ApiKey.objects.get(user=alice.user)
+    for url in (
+        "/iam/roles/Deployer",
+        "/iam/roles/Deployer/trust-policy",
+        "/iam/roles/Deployer/policies/ship",
+        "/iam/roles/Deployer/policies/new",
+        "/iam/users/alice@example.com",
+        "/iam/users/alice@example.com/policies/new",
+    ):
+        assert charlie.get(url).status_code == 404, url
+    posts = {
+        "/iam/roles/Deployer/policies/ship": {"policy_name": "ship", "document": json.dumps(GOOD)},
+        "/iam/roles/Deployer/trust-policy": {"trust_policy": "{}"},
+        "/iam/roles/Deployer/delete": {},
+        "/iam/roles/Deployer/policies/ship/delete": {},
+        "/iam/users/alice@example.com/policies/new": {"policy_name": "x", "document": "{}"},
+        f"/iam/keys/{raw_key.prefix}/revoke": {},
+    }
+    for url, data in posts.items():
+        assert charlie.post(url, data).status_code == 404, url
+    raw_key.refresh_from_db()
+    assert raw_key.revoked_at is None and Role.objects.filter(name="Deployer").exists()
+    assert "Deployer" not in charlie.get("/iam/roles").content.decode()
+    assert "alice@" not in charlie.get("/iam/users").content.decode()
+    assert raw_key.prefix not in charlie.get("/iam/keys").content.decode()
+    assert charlie.get("/iam/keys?owner=role:Deployer").status_code == 200  # shows charlie's own
+    page = charlie.get("/iam/simulator").content.decode()
+    assert "alice@" not in page and "Deployer" not in page
+    r = charlie.get("/iam/simulator", {"principal": "role:Deployer", "action": "iam:GetRole"})
+    assert r.status_code == 400
+    r = charlie.post("/iam/keys", {"name": "x", "owner": "role:Deployer"})
+    assert r.status_code == 400 and not ApiKey.objects.filter(name="x").exists()
+
+
+def test_bob_the_member_is_refused_what_members_may_not_do(alice, bob) -> None:
+    assert bob.get("/iam/roles").status_code == 200  # members may list and read roles
+    r = bob.post("/iam/roles", {"name": "Mine", "trust_policy": "{}"})
+    assert r.status_code == 403 and "iam:CreateRole" in r.content.decode()
+    assert bob.get("/iam/users/alice@example.com").status_code == 403
+    r = bob.post(
+        "/iam/roles/LoopwrightSessionRole/policies/new",
+        {"policy_name": "x", "document": json.dumps(GOOD)},
+    )
+    assert r.status_code == 403
+    assert bob.post("/iam/roles/LoopwrightSessionRole/delete").status_code == 403
+    assert bob.get("/iam/simulator").status_code == 200
+    r = bob.get("/iam/simulator", {"principal": "user:alice@example.com", "action": "iam:GetRole"})
+    assert r.status_code == 403
+    alice_key = ApiKey.objects.get(user=alice.user)
+    assert bob.post(f"/iam/keys/{alice_key.prefix}/revoke").status_code == 403
+    # his own keys he may make and revoke
+    r = bob.post("/iam/keys", {"name": "bob laptop", "owner": "me"})
+    assert r.status_code == 200
+    mine = ApiKey.objects.get(name="bob laptop")
+    assert bob.post(f"/iam/keys/{mine.prefix}/revoke").status_code == 302
+    other, _ = api_key_create(tenant=alice.tenant, user=alice.user, name="alice ci")
+    assert bob.post(f"/iam/keys/{other.prefix}/revoke").status_code == 403

@@ -1,0 +1,50 @@
+"""Forms of the account pages. Fields only parse what people type; the control plane's services
+(sign up, login check) decide what is valid, and their errors land on the field they name."""
+
+from __future__ import annotations
+
+from django import forms
+
+from controlplane.errors import DomainError
+
+
+class SignupForm(forms.Form):
+    label_suffix = ""
+
+    email = forms.CharField(
+        label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
+    password = forms.CharField(
+        label="Password",
+        strip=False,
+        help_text="At least 10 characters, not a common password and not only digits.",
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )
+    tenant_name = forms.CharField(
+        label="Account name",
+        max_length=200,
+        help_text="Your team or project; you can invite others into it later.",
+        widget=forms.TextInput(attrs={"autocomplete": "organization"}),
+    )
+
+
+class LoginForm(forms.Form):
+    label_suffix = ""
+
+    email = forms.CharField(
+        label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
+    )
+    password = forms.CharField(
+        label="Password",
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
+    )
+
+
+def show_error(form: forms.Form, exc: DomainError) -> None:
+    """A service's error on the field it names (without the name, which the label shows), or
+    above the form."""
+    if exc.field in form.fields:
+        form.add_error(exc.field, exc.detail.removeprefix(f"{exc.field}: "))
+    else:
+        form.add_error(None, exc.detail)

@@ -1,0 +1,169 @@
+"""Charts drawn on the server as inline SVG: no script, no CDN, readable without colour (every
+series also has a marker shape and a legend entry) and described for screen readers.
+
+``line_chart`` plots numeric series against a numeric x (a step, a seq id); ``bar_chart`` plots
+stacked bars per category (a day), one stack part per series (a meter)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+PALETTE = ("#2563eb", "#d97706", "#059669", "#dc2626", "#7c3aed", "#0891b2", "#4b5563")
+WIDTH, HEIGHT = 640, 240
+LEFT, RIGHT, TOP, BOTTOM = 56, 12, 12, 36
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    points: Sequence[tuple[float, float]]  # (x, y), or (category index, y) for bars
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi]."""
+    if not math.isfinite(lo) or not math.isfinite(hi):
+        return [0.0]
+    if hi - lo <= max(abs(lo), abs(hi)) * 1e-9:
+        # flat, or flat but for float noise: a step below the values' precision would never
+        # move ``t`` forward
+        hi = lo + (abs(lo) or 1.0)
+    raw = (hi - lo) / max(count - 1, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    ticks, t = [], start
+    while t <= hi + step * 1e-9 and len(ticks) <= 4 * count:
+        ticks.append(round(t, 12))
+        t += step
+    if ticks[-1] < hi:
+        ticks.append(round(t, 12))
+    return ticks
+
+
+def fmt(v: float) -> str:
+    """Short, for ticks and tooltips: 0.25, 9999, 12.3k, 1M. Values are rounded before the unit
+    is chosen, so 999,999 is 1M (not "1e+03k")."""
+    if v == 0:
+        return "0"
+    if abs(v) < 1:
+        return f"{v:.3g}"
+    v = float(f"{v:.4g}")
+    if abs(v) < 1e4:
+        return f"{v:.4g}"
+    v = float(f"{v:.3g}")
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{unit}"
+    return f"{v / 1e3:.3g}k"
+
+
+def _frame(title: str, yticks: list[float], y_of, x_labels: list[tuple[float, str]]) -> list[str]:
+    out = [
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'aria-label="{escape(title)}" preserveAspectRatio="xMidYMid meet">',
+        f"<title>{escape(title)}</title>",
+    ]
+    for t in yticks:
+        y = y_of(t)
+        out.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text class="tick" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(t)}</text>'
+        )
+    for x, label in x_labels:
+        out.append(
+            f'<text class="tick" x="{x:.1f}" y="{HEIGHT - BOTTOM + 16}" text-anchor="middle">'
+            f"{escape(label)}</text>"
+        )
+    return out
+
+
+def _legend(series: Sequence[Series]) -> str:
+    items = "".join(
+        f'<li><span class="swatch" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+        f"{escape(s.name)}</li>"
+        for i, s in enumerate(series)
+    )
+    return f'<ul class="legend">{items}</ul>'
+
+
+def line_chart(title: str, series: Sequence[Series], *, x_label: str = "") -> SafeString:
+    points = [p for s in series for p in s.points if math.isfinite(p[1])]
+    if not points:
+        return mark_safe(f'<p class="empty">No data for “{escape(title)}” yet.</p>')
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    x0, x1 = min(xs), max(xs)
+    if x1 == x0:
+        x1 = x0 + 1
+    yticks = nice_ticks(min(ys), max(ys))
+    y0, y1 = yticks[0], yticks[-1]
+
+    def x_of(x: float) -> float:
+        return LEFT + (x - x0) / (x1 - x0) * (WIDTH - LEFT - RIGHT)
+
+    def y_of(y: float) -> float:
+        return HEIGHT - BOTTOM - (y - y0) / ((y1 - y0) or 1) * (HEIGHT - TOP - BOTTOM)
+
+    xticks = nice_ticks(x0, x1, 6)
+    labels = [(x_of(t), fmt(t)) for t in xticks if x0 <= t <= x1]
+    out = _frame(title, yticks, y_of, labels)
+    if x_label:
+        out.append(
+            f'<text class="axis" x="{WIDTH - RIGHT}" y="{HEIGHT - 4}" text-anchor="end">'
+            f"{escape(x_label)}</text>"
+        )
+    for i, s in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        pts = [(x_of(x), y_of(y)) for x, y in s.points if math.isfinite(y)]
+        if not pts:
+            continue
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in pts)
+        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{path}"/>')
+        if len(pts) <= 60:
+            for x, y in pts:
+                out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"/>')
+    out.append("</svg>")
+    return mark_safe(f'<figure class="chart-box">{"".join(out)}{_legend(series)}</figure>')
+
+
+def bar_chart(title: str, categories: Sequence[str], series: Sequence[Series]) -> SafeString:
+    """Stacked bars: ``series[i].points`` are (category index, value) pairs."""
+    totals = [0.0] * len(categories)
+    for s in series:
+        for idx, v in s.points:
+            totals[int(idx)] += v
+    if not categories or not any(totals):
+        return mark_safe(f'<p class="empty">No data for “{escape(title)}” in this range.</p>')
+    yticks = nice_ticks(0, max(totals))
+    y1 = yticks[-1] or 1
+    plot_h = HEIGHT - TOP - BOTTOM
+    slot = (WIDTH - LEFT - RIGHT) / len(categories)
+    bar_w = max(min(slot * 0.7, 48), 1)
+
+    def y_of(y: float) -> float:
+        return HEIGHT - BOTTOM - y / y1 * plot_h
+
+    every = max(1, math.ceil(len(categories) / 10))
+    labels = [(LEFT + slot * (i + 0.5), c) for i, c in enumerate(categories) if i % every == 0]
+    out = _frame(title, yticks, y_of, labels)
+    base = [0.0] * len(categories)
+    for i, s in enumerate(series):
+        color = PALETTE[i % len(PALETTE)]
+        for idx, v in s.points:
+            if v <= 0:
+                continue
+            k = int(idx)
+            top, bottom = y_of(base[k] + v), y_of(base[k])
+            x = LEFT + slot * (k + 0.5) - bar_w / 2
+            out.append(
+                f'<rect x="{x:.1f}" y="{top:.1f}" width="{bar_w:.1f}" '
+                f'height="{max(bottom - top, 0.5):.1f}" fill="{color}">'
+                f"<title>{escape(categories[k])} · {escape(s.name)}: {fmt(v)}</title></rect>"
+            )
+            base[k] += v
+    out.append("</svg>")
+    return mark_safe(f'<figure class="chart-box">{"".join(out)}{_legend(series)}</figure>')

@@ -1,0 +1,72 @@
+"""Who is looking at a page: a logged-in user, in the account they picked (their first one by
+default), as the same IAM principal the API uses. ``page`` wraps every dashboard view."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from controlplane.errors import DomainError
+from controlplane.iam.access import authorize, check
+from controlplane.iam.principals import Principal, for_membership
+from controlplane.tenants.models import Membership
+
+ACCOUNT_KEY = "loopwright_account"  # the session key holding the chosen account id
+
+
+def memberships_of(user) -> list[Membership]:
+    return list(
+        Membership.objects.select_related("tenant", "user").filter(user=user).order_by("created_at")
+    )
+
+
+def principal_for(request: HttpRequest) -> Principal | None:
+    """The logged-in user's principal in their chosen account; None when not logged in."""
+    if not request.user.is_authenticated:
+        return None
+    memberships = memberships_of(request.user)
+    if not memberships:
+        return None
+    chosen = request.session.get(ACCOUNT_KEY)
+    membership = next((m for m in memberships if m.tenant.account_id == chosen), memberships[0])
+    request.memberships = memberships
+    return for_membership(membership)
+
+
+def allow(request: HttpRequest, action: str, resource: str = "*", **context) -> None:
+    """Authorize the page's principal (audited); AccessDenied renders as a 403 page."""
+    authorize(request.principal, action, resource, request=request, context=context or None)
+
+
+def may(request: HttpRequest, action: str, resource: str = "*", **context) -> bool:
+    """Whether the page's principal may (audited, like ``allow``): for parts of a page that a
+    principal without the permission simply does not see."""
+    decision = check(request.principal, action, resource, request=request, context=context or None)
+    return decision.allowed
+
+
+def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A dashboard page: login required; ``request.principal`` and ``request.tenant`` set; a
+    DomainError renders as a page with its status (another tenant's thing is a plain 404)."""
+
+    @functools.wraps(view)
+    def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        principal = principal_for(request)
+        if principal is None:
+            return redirect(f"/login?next={request.get_full_path()}")
+        request.principal = principal
+        request.tenant = principal.tenant
+        try:
+            return view(request, *args, **kwargs)
+        except DomainError as e:
+            return render(
+                request,
+                "web/errors/problem.html",
+                {"status": e.status, "detail": e.detail, "code": e.code},
+                status=e.status,
+            )
+
+    return wrapped

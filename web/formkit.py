@@ -1,0 +1,90 @@
+"""Forms of the dashboard's resource pages: Django forms parse the request, the control plane's
+services validate, and a service's ``DomainError`` lands next to the field it names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from django import forms
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from controlplane.errors import DomainError
+
+T = TypeVar("T")
+
+# Input a form can fix: bad input (400) or a clash with what exists (409). Anything else (403,
+# 404, 429, 503) is an answer about the page, shown as an error page.
+FIXABLE = (400, 409)
+_HEAD = re.compile(r"[.\[]")
+
+
+class Form(forms.Form):
+    """Renders as ``form.stacked`` rows: label, hint, errors (the input is described by both),
+    input; errors that name no field go on top as an alert."""
+
+    id_prefix = ""  # e.g. "subnet": ids "subnet_name", for two forms with one field name
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")
+        if self.id_prefix:
+            kwargs.setdefault("auto_id", f"{self.id_prefix}_%s")
+        super().__init__(*args, **kwargs)
+
+    def as_rows(self) -> SafeString:
+        top = format_html_join(
+            "", '<p class="problem" role="alert">{}</p>', ((e,) for e in self.non_field_errors())
+        )
+        hidden = format_html_join("", "{}", ((str(f),) for f in self.hidden_fields()))
+        rows = format_html_join("", "{}", ((row(f),) for f in self.visible_fields()))
+        return mark_safe(top + hidden + rows)
+
+    __str__ = __html__ = as_rows  # what {{ form }} shows (``render`` draws labels too)
+
+    def add_domain_error(self, exc: DomainError) -> None:
+        """Put a service's error on the field it names (``document.Statement[0]`` → document),
+        or on top of the form when it names none of the form's fields."""
+        head = _HEAD.split(exc.field or "", maxsplit=1)[0]
+        self.add_error(head if head in self.fields else None, exc.detail)
+
+
+def row(field: forms.BoundField) -> SafeString:
+    hint = ""
+    if field.help_text:
+        hint = format_html(
+            '<div class="hint" id="{}_helptext">{}</div>', field.auto_id, field.help_text
+        )
+    return format_html(
+        '<div class="row">{}{}{}{}</div>', field.label_tag(), hint, field.errors, str(field)
+    )
+
+
+def submit(form: Form, call: Callable[[dict], T]) -> T | None:
+    """``call(cleaned_data)`` when the form is valid; None when it is not or the service refused
+    the input (the reason is then on the form). Other domain errors go to the error page."""
+    if not form.is_valid():
+        return None
+    try:
+        return call(form.cleaned_data)
+    except DomainError as exc:
+        if exc.status not in FIXABLE:
+            raise
+        form.add_domain_error(exc)
+        return None
+
+
+def code_area(rows: int = 14) -> forms.Textarea:
+    """A monospace textarea for JSON documents."""
+    return forms.Textarea(
+        attrs={"rows": rows, "class": "code", "spellcheck": "false", "autocapitalize": "off"}
+    )
+
+
+def page_number(raw: str | None) -> int:
+    """A 1-based page number from a query parameter (anything odd is page 1)."""
+    try:
+        return max(1, min(int(raw or 1), 10**6))
+    except ValueError:
+        return 1

@@ -1,0 +1,136 @@
+"""The API keys page: the keys of the logged-in user or of one of the account's roles, a new key
+(its raw value shown in that response only) and revocation, authorized as the API's key routes."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.http import urlencode
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.iam import selectors as iam_selectors
+from controlplane.iam import services as iam_services
+from controlplane.iam.resources import api_key_arn, user_arn
+from controlplane.tenants import selectors, services
+from controlplane.tenants.models import ApiKey
+
+from .context import allow, may, page
+from .formkit import Form, submit
+
+ME = "me"
+
+
+class KeyForm(Form):
+    name = forms.CharField(max_length=200, help_text="What the key is for, e.g. laptop or CI.")
+    owner = forms.ChoiceField(
+        label="Acts as",
+        help_text="Yourself, or a role whose trust policy lets you assume it.",
+    )
+    expires_in_days = forms.IntegerField(
+        label="Expires after (days)",
+        required=False,
+        min_value=1,
+        max_value=services.MAX_KEY_DAYS,
+        help_text=f"1 to {services.MAX_KEY_DAYS}; empty: never expires.",
+    )
+
+    def __init__(self, *args, owners: list[tuple[str, str]], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["owner"].choices = owners
+
+
+def _owner_choices(request: HttpRequest) -> list[tuple[str, str]]:
+    """You, and the account's roles when you may list them."""
+    choices = [(ME, f"You ({request.principal.arn})")]
+    if may(request, "iam:ListRoles"):
+        roles = iam_selectors.roles(tenant=request.tenant)
+        choices += [(f"role:{r.name}", f"Role {r.name}") for r in roles]
+    return choices
+
+
+def _owner(request: HttpRequest, choice: str, action: str):
+    """The user or role that ``choice`` names, once ``action`` is allowed on it."""
+    if choice.startswith("role:"):
+        role = iam_selectors.role_get(tenant=request.tenant, name=choice[5:], field="owner")
+        allow(request, action, role.arn)
+        return role
+    allow(request, action, request.principal.arn)
+    return request.principal.user
+
+
+def key_status(key: ApiKey, now) -> str:
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+@never_cache  # a new key's raw value is in the response: no cache may keep it
+@page
+@require_http_methods(["GET", "POST"])
+def key_list(request: HttpRequest) -> HttpResponse:
+    owners = _owner_choices(request)
+    created, raw = None, None
+    form = KeyForm(request.POST if request.method == "POST" else None, owners=owners)
+    if request.method == "POST":
+
+        def create(data: dict):
+            owner = _owner(request, data["owner"], "iam:CreateApiKey")
+            if data["owner"] != ME:
+                # using a role's key is assuming the role: its trust policy must name the caller
+                iam_services.trust_required(owner, request.principal.arn, field="owner")
+            return services.api_key_create(
+                tenant=request.tenant,
+                name=data["name"],
+                expires_in_days=data["expires_in_days"],
+                **({"role": owner} if data["owner"] != ME else {"user": owner}),
+            )
+
+        made = submit(form, create)
+        if made is not None:
+            created, raw = made
+            form = KeyForm(owners=owners, initial={"owner": form.cleaned_data["owner"]})
+    shown = (request.POST if request.method == "POST" else request.GET).get("owner") or ME
+    if shown not in dict(owners):
+        shown = ME
+    owner = _owner(request, shown, "iam:ListApiKeys")
+    found = selectors.api_keys(tenant=request.tenant)
+    found = found.filter(role=owner) if shown != ME else found.filter(user=owner)
+    now = timezone.now()
+    rows = [(k, key_status(k, now)) for k in found]
+    return render(
+        request,
+        "web/iam/keys.html",
+        {
+            "rows": rows,
+            "owners": owners,
+            "shown": shown,
+            "shown_label": dict(owners)[shown],
+            "form": form,
+            "created": created,
+            "raw_key": raw,
+        },
+        status=400 if form.is_bound and created is None else 200,
+    )
+
+
+@page
+@require_POST
+def key_revoke(request: HttpRequest, prefix: str) -> HttpResponse:
+    key = selectors.api_key_get(tenant=request.tenant, prefix=prefix)
+    owner = key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
+    allow(
+        request,
+        "iam:RevokeApiKey",
+        api_key_arn(request.tenant, prefix),
+        **{"iam:ApiKeyOwner": owner},
+    )
+    services.api_key_revoke(key=key)
+    messages.success(request, f"API key {prefix} ({key.name}) revoked: it no longer works.")
+    back = f"role:{key.role.name}" if key.role_id else ME
+    return redirect(f"/iam/keys?{urlencode({'owner': back})}")

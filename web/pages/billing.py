@@ -1,0 +1,187 @@
+"""Billing: usage and cost over a date range (by day and meter, by session, by base model), the
+CSV export and the current month's invoice preview, from the same reports and IAM actions as the
+billing API (``billing:GetUsageReport``, ``billing:GetInvoices``)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+from django import forms
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from controlplane.errors import DomainError
+from controlplane.metering import reports
+from controlplane.metering.models import Meter
+
+from ..charts import Series, bar_chart
+from ..context import allow, may, page
+from ..formkit import Form
+
+TOP_SESSIONS = 50
+
+
+class RangeForm(Form):
+    start = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
+    end = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"))
+
+
+def tokens(n: int) -> str:
+    return f"{n:,}"
+
+
+def usd(amount: Decimal | str) -> str:
+    """``$1,234.50``, ``$0.000125``: thousands separators, cents always, and the exact fraction
+    of a cent as the API reports it (up to 6 decimal places)."""
+    text = f"{Decimal(amount).quantize(reports.COST_PLACES):,.6f}"
+    whole, fraction = text.split(".")
+    return f"${whole}.{fraction.rstrip('0').ljust(2, '0')}"
+
+
+def _days(start: date, end: date) -> list[date]:
+    return [start + timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+def _charts(report: reports.Report, start: date, end: date) -> tuple[str, str]:
+    """Tokens and cost per day, stacked by meter."""
+    days = _days(start, end)
+    index = {d.isoformat(): i for i, d in enumerate(days)}
+    labels = [f"{d:%b} {d.day}" for d in days]
+    quantity: dict[str, list[tuple[int, float]]] = {m: [] for m in Meter.values}
+    cost: dict[str, list[tuple[int, float]]] = {m: [] for m in Meter.values}
+    for line in report.lines:
+        key = dict(line.key)
+        i = index[key["day"]]
+        quantity[key["meter"]].append((i, float(line.quantity)))
+        cost[key["meter"]].append((i, float(line.cost)))
+    used = [m for m in Meter.values if quantity[m]]
+    return (
+        bar_chart("Tokens per day, by meter", labels, [Series(m, quantity[m]) for m in used]),
+        bar_chart("Cost per day in USD, by meter", labels, [Series(m, cost[m]) for m in used]),
+    )
+
+
+def _breakdown(report: reports.Report, key: str) -> list[dict]:
+    """One row per value of ``key``, most expensive first, with its share of the cost (of the
+    tokens when nothing cost anything)."""
+    total_cost, total_quantity = report.cost, report.quantity
+    rows = []
+    for line in sorted(report.lines, key=lambda ln: (-ln.cost, -ln.quantity)):
+        if total_cost:
+            share = float(line.cost / total_cost * 100)
+        else:
+            share = line.quantity / total_quantity * 100 if total_quantity else 0.0
+        rows.append(
+            {
+                "name": dict(line.key)[key],
+                "tokens": tokens(line.quantity),
+                "cost": usd(line.cost),
+                "share": round(share, 1),
+            }
+        )
+    return rows
+
+
+def _range(request: HttpRequest, today: date) -> tuple[RangeForm, tuple[date, date] | None]:
+    """The date range asked for (this month so far by default), checked as the API checks it."""
+    first = today.replace(day=1)
+    raw_start, raw_end = request.GET.get("start"), request.GET.get("end")
+    if not raw_start and not raw_end:
+        return RangeForm(initial={"start": first, "end": today}), (first, today)
+    form = RangeForm({"start": raw_start or first.isoformat(), "end": raw_end or today.isoformat()})
+    if not form.is_valid():
+        return form, None
+    try:
+        chosen = reports.parse_range(
+            form.cleaned_data["start"].isoformat(),
+            form.cleaned_data["end"].isoformat(),
+            today=today,
+        )
+    except DomainError as exc:
+        form.add_domain_error(exc)
+        return form, None
+    return form, chosen
+
+
+@page
+@require_GET
+def usage(request: HttpRequest) -> HttpResponse:
+    allow(request, "billing:GetUsageReport")
+    today = timezone.now().date()
+    form, chosen = _range(request, today)
+    context: dict = {
+        "form": form,
+        "max_days": reports.MAX_RANGE_DAYS,
+        "invoice": None,
+        "invoice_allowed": False,
+    }
+    if chosen is not None:
+        start, end = chosen
+        tenant = request.tenant
+        by_day = reports.usage_report(
+            tenant=tenant, start=start, end=end, group_by=("day", "meter")
+        )
+        by_session = reports.usage_report(
+            tenant=tenant, start=start, end=end, group_by=("session",)
+        )
+        by_model = reports.usage_report(
+            tenant=tenant, start=start, end=end, group_by=("base_model",)
+        )
+        by_meter = reports.usage_report(tenant=tenant, start=start, end=end, group_by=("meter",))
+        tokens_chart, cost_chart = _charts(by_day, start, end)
+        sessions = _breakdown(by_session, "session")
+        context |= {
+            "start": start,
+            "end": end,
+            "days": (end - start).days + 1,
+            "total_tokens": tokens(by_day.quantity),
+            "total_cost": usd(by_day.cost),
+            "tokens_chart": tokens_chart,
+            "cost_chart": cost_chart,
+            "sessions": sessions[:TOP_SESSIONS],
+            "more_sessions": max(len(sessions) - TOP_SESSIONS, 0),
+            "models": _breakdown(by_model, "base_model"),
+            "meters": _breakdown(by_meter, "meter"),
+            "group_keys": reports.GROUP_KEYS,
+        }
+    if may(request, "billing:GetInvoices"):
+        preview = reports.invoice_preview(tenant=request.tenant, today=today)
+        context["invoice_allowed"] = True
+        context["invoice"] = preview | {
+            "rows": [
+                line | {"tokens": tokens(line["quantity"]), "amount": usd(line["cost"])}
+                for line in preview["lines"]
+            ],
+            "total_tokens": tokens(preview["total_quantity"]),
+            "subtotal_text": usd(preview["subtotal"]),
+            "amount_due_text": usd(preview["amount_due"]),
+        }
+    return render(request, "web/billing/usage.html", context, status=400 if chosen is None else 200)
+
+
+@page
+@require_GET
+def usage_csv(request: HttpRequest) -> HttpResponse:
+    """The API's CSV: the same parameters (``group_by`` may also repeat, as checkboxes send it)."""
+    q = request.GET
+    start, end = reports.parse_range(q.get("start"), q.get("end"), today=timezone.now().date())
+    group_by = reports.parse_group_by(",".join(q.getlist("group_by")))
+    meters = reports.parse_meters(",".join(q.getlist("meter")))
+    allow(request, "billing:GetUsageReport")
+    report = reports.usage_report(
+        tenant=request.tenant, start=start, end=end, group_by=group_by, meters=meters
+    )
+    response = HttpResponse(report.as_csv(), content_type="text/csv; charset=utf-8")
+    name = f"usage-{start.isoformat()}-{end.isoformat()}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+urlpatterns = [
+    path("billing", usage, name="billing"),
+    path("billing/usage.csv", usage_csv, name="billing_csv"),
+]

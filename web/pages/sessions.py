@@ -1,0 +1,259 @@
+"""Training sessions: the list (live), a form that creates a session with its LoRA model exactly as
+the API's create_session and create_model do, one session's page (state, LoRA config, operation
+timeline, loss and reward curves, checkpoints, usage, an SDK snippet) and its Stop button."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.utils.cache import patch_vary_headers
+from django.views.decorators.http import require_http_methods, require_POST
+
+from controlplane.errors import DomainError
+from controlplane.fleet.selectors import served_base_models
+from controlplane.iam.resources import model_arn, model_package_group_arn, session_arn
+from controlplane.iam.selectors import roles
+from controlplane.iam.sessions import session_role
+from controlplane.kms.selectors import key_list, key_resolve
+from controlplane.metering.reports import session_usage
+from controlplane.registry.selectors import group_list
+from controlplane.tenants.models import StorageLocation, Subnet
+from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.services import sessions as services
+from controlplane.training_sessions.services import submit
+
+from .. import session_reads as reads
+from ..charts import line_chart
+from ..context import allow, may, page
+from ..session_form import SessionForm, add_domain_error
+from ..snippets import session_snippet
+
+PER_PAGE = 25
+LIVE = (*Session.LIVE_STATES, Session.State.STOPPING)  # states whose page refreshes itself
+
+
+def is_fragment(request: HttpRequest) -> bool:
+    return request.headers.get("X-Fragment") == "1"
+
+
+def _render(request: HttpRequest, full: str, fragment: str, context: dict) -> HttpResponse:
+    """The whole page, or only its live part when the page's script asks for it."""
+    response = render(request, fragment if is_fragment(request) else full, context)
+    patch_vary_headers(response, ["X-Fragment"])
+    return response
+
+
+# -- the list ----------------------------------------------------------------------------------
+@page
+def session_list(request: HttpRequest) -> HttpResponse:
+    allow(request, "sessions:ListTrainingSessions")
+    tenant = request.tenant
+    state = request.GET.get("state", "")
+    if state not in Session.State.values:
+        state = ""
+    total = reads.session_count(tenant=tenant, state=state or None)
+    pages = Paginator(range(total), PER_PAGE)
+    current = pages.get_page(request.GET.get("page"))
+    offset = (current.number - 1) * PER_PAGE
+    rows = reads.session_rows(tenant=tenant, limit=PER_PAGE, offset=offset, state=state or None)
+    query = request.GET.urlencode()
+    return _render(
+        request,
+        "web/sessions/list.html",
+        "web/sessions/_list.html",
+        {
+            "rows": rows,
+            "page": current,
+            "state": state,
+            "states": Session.State.choices,
+            "total": total,
+            "refresh_url": f"/sessions?{query}" if query else "/sessions",
+            "live": any(r.session.state in LIVE for r in rows),
+        },
+    )
+
+
+# -- creating one ------------------------------------------------------------------------------
+def _choices(request: HttpRequest) -> dict:
+    """What the form offers, each list only where the principal may read it."""
+    tenant = request.tenant
+    allow(request, "sessions:ListBaseModels")
+    out: dict = {"base_models": [m.name for m in served_base_models()]}
+    out["roles"] = list(roles(tenant=tenant)) if may(request, "iam:ListRoles") else []
+    out["kms_keys"] = key_list(tenant=tenant) if may(request, "kms:ListKeys") else []
+    out["groups"] = (
+        [
+            (model_package_group_arn(tenant, g.name), g.name)
+            for g in group_list(tenant=tenant, limit=200, offset=0)[0]
+        ]
+        if may(request, "registry:ListModelPackageGroups")
+        else []
+    )
+    out["subnets"] = (
+        list(Subnet.objects.filter(tenant=tenant).order_by("subnet_id"))
+        if may(request, "vpc:ListSubnets")
+        else []
+    )
+    out["locations"] = (
+        list(StorageLocation.objects.filter(tenant=tenant).order_by("uri"))
+        if may(request, "storage:ListLocations")
+        else []
+    )
+    return out
+
+
+def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
+    """What the API's create_session then create_model do, authorized the same way; the
+    session and its model are made together or not at all."""
+    tenant = request.tenant
+    req, lora_config, base_model = form.wire()
+    allow(request, "sessions:CreateTrainingSession", session_arn(tenant, "*"))
+    role = session_role(request.principal, req.role_arn, request=request)
+    if req.kms_key_arn:
+        key = key_resolve(tenant=tenant, ref=req.kms_key_arn, field="kms_key_arn")
+        allow(request, "kms:DescribeKey", key.arn)
+    lora = lora_config.model_dump(mode="json")
+    lora.pop("type", None)
+    allow(
+        request,
+        "sessions:CreateModel",
+        model_arn(tenant, "*"),
+        **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+    )
+    platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
+    with transaction.atomic():
+        session = services.session_create(
+            tenant=tenant, name=req.name or "", tags=req.tags, platform=platform
+        )
+        submit.model_create(
+            tenant=tenant, session_id=session.id, model_seq_id=0, base_model=base_model, lora=lora
+        )
+    return session
+
+
+@page
+@require_http_methods(["GET", "POST"])
+def session_new(request: HttpRequest) -> HttpResponse:
+    choices = _choices(request)
+    initial = {}
+    default_role = next((r for r in choices["roles"] if r.name == "LoopwrightSessionRole"), None)
+    if default_role is not None:
+        initial["role_arn"] = default_role.arn
+    form = SessionForm(
+        request.POST if request.method == "POST" else None,
+        initial=initial,
+        base_models=choices["base_models"],
+        kms_keys=choices["kms_keys"],
+    )
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                session = session_create_from(request, form)
+            except DomainError as exc:
+                add_domain_error(form, exc, SessionForm.FIELDS)
+                status = exc.status
+            else:
+                messages.success(request, f"Session {session.id} created; its model is starting.")
+                return redirect(f"/sessions/{session.id}")
+    idle_minutes = settings.SESSION_IDLE_TIMEOUT_SECONDS // 60
+    return render(
+        request,
+        "web/sessions/new.html",
+        {"form": form, "idle_minutes": idle_minutes, **choices},
+        status=status,
+    )
+
+
+# -- one session -------------------------------------------------------------------------------
+LORA_ORDER = ("rank", "alpha", "seed", "train_attn", "train_mlp", "train_unembed")
+
+
+def _lora_view(lora: dict) -> list[tuple[str, str]]:
+    """The adapter's settings, the usual ones first, yes/no for switches."""
+    keys = [k for k in LORA_ORDER if k in lora] + sorted(set(lora) - set(LORA_ORDER))
+    shown = [(k, lora[k]) for k in keys if lora[k] is not None]
+    return [(k, ("yes" if v else "no") if isinstance(v, bool) else str(v)) for k, v in shown]
+
+
+def _models_view(models: list[TrainingModel]) -> list[dict]:
+    return [
+        {
+            "model": m,
+            "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
+            "lora": _lora_view(m.lora),
+        }
+        for m in models
+    ]
+
+
+@page
+def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    tenant = request.tenant
+    allow(request, "sessions:DescribeTrainingSession", session_arn(tenant, session_id))
+    session = selectors.session_get(tenant=tenant, session_id=session_id)
+    models = reads.models_of(tenant=tenant, session=session)
+    curves = reads.curves(tenant=tenant, session=session, models=models)
+    may_list_checkpoints = may(request, "sessions:ListCheckpoints", session_arn(tenant, session.id))
+    checkpoints = (
+        reads.checkpoint_rows(tenant=tenant, session=session) if may_list_checkpoints else None
+    )
+    counts = reads.operation_count(tenant=tenant, session=session)
+    context = {
+        "session": session,
+        "models": _models_view(models),
+        "live": session.state in LIVE,
+        "stoppable": session.state in Session.LIVE_STATES,
+        "counts": counts,
+        "operations_total": sum(counts.values()),
+        "timeline": reads.timeline(tenant=tenant, session=session),
+        "timeline_limit": reads.TIMELINE_LIMIT,
+        "loss_chart": line_chart("Loss per token", curves.loss, x_label=curves.x_label)
+        if curves.loss
+        else None,
+        "reward_chart": line_chart("Rewards", curves.rewards, x_label=curves.x_label)
+        if curves.rewards
+        else None,
+        "checkpoints": checkpoints,
+        "usage": session_usage(tenant=tenant, session_id=session.id),
+        "platform": session.platform,
+        "snippet": session_snippet(
+            base_url=request.build_absolute_uri("/").rstrip("/"),
+            session=session,
+            model=models[0] if models else None,
+            checkpoint=_latest_training(checkpoints),
+        ),
+    }
+    return _render(request, "web/sessions/detail.html", "web/sessions/_live.html", context)
+
+
+def _latest_training(rows: list[reads.CheckpointRow] | None):
+    for row in rows or []:
+        if row.checkpoint.kind == row.checkpoint.Kind.TRAINING:
+            return row.checkpoint
+    return None
+
+
+@page
+@require_POST
+def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
+    tenant = request.tenant
+    allow(request, "sessions:StopTrainingSession", session_arn(tenant, session_id))
+    session = services.session_stop(tenant=tenant, session_id=session_id)
+    messages.success(request, f"Session {session.id} is {session.state}.")
+    return redirect(f"/sessions/{session.id}")
+
+
+urlpatterns = [
+    path("sessions", session_list, name="sessions"),
+    path("sessions/new", session_new, name="sessions_new"),
+    path("sessions/<str:session_id>", session_detail, name="session_detail"),
+    path("sessions/<str:session_id>/stop", session_stop, name="session_stop"),
+]

@@ -1,0 +1,176 @@
+"""The account's network and storage: the VPC subnets its sessions may name in ``vpc_config`` and
+the S3 locations they may write checkpoints to, and which recent sessions use which subnet.
+
+Registering a subnet or a location is the service operator's act (it vouches that the subnet or
+bucket is this account's), as with ``manage.py vpc_subnets`` / ``storage_locations``: the forms
+are shown to operators (staff users) only, and each change is audited as an operator change."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.audit.services import audit_operator
+from controlplane.errors import AccessDenied
+from controlplane.tenants import services
+from controlplane.tenants.models import StorageLocation, Subnet
+from controlplane.training_sessions import selectors as sessions
+
+from ..context import allow, may, page
+from ..formkit import Form, submit
+
+RECENT_SESSIONS = 200  # how far back "which sessions use it" looks
+
+
+class SubnetForm(Form):
+    id_prefix = "subnet"
+    subnet_id = forms.CharField(
+        label="Subnet id", max_length=32, help_text="subnet- then 8 to 17 lowercase hex digits."
+    )
+    description = forms.CharField(required=False, max_length=200)
+
+
+class LocationForm(Form):
+    id_prefix = "location"
+    uri = forms.CharField(label="S3 location", max_length=1024, help_text="s3://bucket[/prefix]")
+    description = forms.CharField(required=False, max_length=200)
+
+
+def _operator(request: HttpRequest) -> None:
+    if not request.user.is_staff:
+        raise AccessDenied(
+            "only an operator of the service registers subnets and storage locations "
+            "(manage.py vpc_subnets / storage_locations)"
+        )
+
+
+def _reason(request: HttpRequest) -> str:
+    return f"from the dashboard by operator {request.user.get_username()}"
+
+
+def _usage(request: HttpRequest) -> dict[str, list[str]] | None:
+    """Subnet id → ids of recent sessions that name it (None when sessions may not be listed)."""
+    if not may(request, "sessions:ListTrainingSessions"):
+        return None
+    used: dict[str, list[str]] = {}
+    for s in sessions.session_list(tenant=request.tenant, limit=RECENT_SESSIONS):
+        for subnet in ((s.platform or {}).get("vpc_config") or {}).get("subnets") or ():
+            used.setdefault(subnet, []).append(s.id)
+    return used
+
+
+def _page(request, subnet_form=None, location_form=None, status=200) -> HttpResponse:
+    allow(request, "vpc:ListSubnets")
+    allow(request, "storage:ListLocations")
+    used = _usage(request)
+    subnets = Subnet.objects.filter(tenant=request.tenant).order_by("subnet_id")
+    rows = [(s, (used or {}).get(s.subnet_id, [])) for s in subnets]
+    return render(
+        request,
+        "web/vpc/vpc.html",
+        {
+            "subnets": rows,
+            "usage_known": used is not None,
+            "locations": StorageLocation.objects.filter(tenant=request.tenant).order_by("uri"),
+            "operator": request.user.is_staff,
+            "subnet_form": subnet_form or SubnetForm(),
+            "location_form": location_form or LocationForm(),
+        },
+        status=status,
+    )
+
+
+@page
+@require_GET
+def overview(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@page
+@require_POST
+def subnet_add(request: HttpRequest) -> HttpResponse:
+    _operator(request)
+    form = SubnetForm(request.POST)
+    subnet = submit(
+        form,
+        lambda d: services.subnet_register(
+            tenant=request.tenant, subnet_id=d["subnet_id"], description=d["description"]
+        ),
+    )
+    if subnet is None:
+        return _page(request, subnet_form=form, status=400)
+    audit_operator(
+        tenant=request.tenant,
+        action="vpc:RegisterSubnet",
+        resource=subnet.subnet_id,
+        reason=_reason(request),
+    )
+    messages.success(request, f"Subnet {subnet.subnet_id} registered to this account.")
+    return redirect("/vpc")
+
+
+@page
+@require_POST
+def subnet_remove(request: HttpRequest, subnet_id: str) -> HttpResponse:
+    _operator(request)
+    services.subnet_deregister(tenant=request.tenant, subnet_id=subnet_id)
+    audit_operator(
+        tenant=request.tenant,
+        action="vpc:DeregisterSubnet",
+        resource=subnet_id,
+        reason=_reason(request),
+    )
+    messages.success(request, f"Subnet {subnet_id} deregistered.")
+    return redirect("/vpc")
+
+
+@page
+@require_POST
+def location_add(request: HttpRequest) -> HttpResponse:
+    _operator(request)
+    form = LocationForm(request.POST)
+    location = submit(
+        form,
+        lambda d: services.storage_location_register(
+            tenant=request.tenant, uri=d["uri"], description=d["description"]
+        ),
+    )
+    if location is None:
+        return _page(request, location_form=form, status=400)
+    audit_operator(
+        tenant=request.tenant,
+        action="storage:RegisterLocation",
+        resource=location.uri,
+        reason=_reason(request),
+    )
+    messages.success(request, f"Storage location {location.uri} registered to this account.")
+    return redirect("/vpc")
+
+
+@page
+@require_POST
+def location_remove(request: HttpRequest) -> HttpResponse:
+    _operator(request)
+    uri = request.POST.get("uri", "")
+    services.storage_location_deregister(tenant=request.tenant, uri=uri)
+    audit_operator(
+        tenant=request.tenant,
+        action="storage:DeregisterLocation",
+        resource=uri,
+        reason=_reason(request),
+    )
+    messages.success(request, f"Storage location {uri} deregistered.")
+    return redirect("/vpc")
+
+
+urlpatterns = [
+    path("vpc", overview, name="vpc"),
+    path("vpc/subnets", subnet_add, name="vpc_subnet_add"),
+    path("vpc/subnets/<str:subnet_id>/deregister", subnet_remove, name="vpc_subnet_remove"),
+    path("vpc/locations", location_add, name="vpc_location_add"),
+    path("vpc/locations/deregister", location_remove, name="vpc_location_remove"),
+]

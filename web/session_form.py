@@ -1,0 +1,149 @@
+"""The new-session form: its fields only parse what people type; the API's wire types and the
+control plane's services decide what is valid, and their errors land on the field they name."""
+
+from __future__ import annotations
+
+import re
+
+from django import forms
+from pydantic import ValidationError
+
+from controlplane.api.errors import field_path
+from controlplane.errors import DomainError
+from loopwright.types import CreateSessionRequest, LoraConfig
+
+
+def add_domain_error(form: forms.Form, exc: DomainError, fields: dict[str, str] | None = None):
+    """Show a service's error on the form field it names (``fields`` maps the service's field
+    names, or their prefixes, to the form's); else above the form."""
+    name = exc.field or ""
+    target = None
+    for prefix, field in (fields or {}).items():
+        if name == prefix or name.startswith((prefix + ".", prefix + "[")):
+            target = field
+            break
+    if target is None and name in form.fields:
+        target = name
+    # the label names the field already: "role_arn: no role …" reads "no role …" under it
+    detail = exc.detail.removeprefix(f"{target}: ") if target == name else exc.detail
+    form.add_error(target, detail)
+
+
+def wire_error(exc: ValidationError, prefix: str = "") -> DomainError:
+    """A wire type's first validation error as the API words it: ``vpc_config.subnets[2]: …``."""
+    first = exc.errors()[0]
+    name = prefix + field_path(first.get("loc", ()))
+    message = "unknown field" if first.get("type") == "extra_forbidden" else first.get("msg", "")
+    return DomainError(f"{name}: {message}" if name else message, field=name or None)
+
+
+def id_list(raw: str) -> list[str]:
+    """``subnet-1, subnet-2`` or one a line → the ids, in order."""
+    return [part for part in re.split(r"[\s,]+", raw or "") if part]
+
+
+class SessionForm(forms.Form):
+    """A training session with one LoRA model. Only the shape of the input is checked here."""
+
+    label_suffix = ""
+
+    # the service's field names (or their prefixes, most specific first) → this form's fields
+    FIELDS = {
+        "lora_config.rank": "rank",
+        "lora_config.alpha": "alpha",
+        "lora_config": "rank",
+        "vpc_config.security_group_ids": "security_group_ids",
+        "vpc_config.subnets": "subnets",
+        "vpc_config": "subnets",
+    }
+
+    name = forms.CharField(
+        label="Name", required=False, max_length=200, help_text="Optional; shown in lists."
+    )
+    base_model = forms.CharField(label="Base model", required=False, widget=forms.Select())
+    rank = forms.CharField(
+        label="LoRA rank",
+        required=False,
+        initial="32",
+        help_text="Size of the adapter's low-rank matrices; empty means 32.",
+        widget=forms.NumberInput(attrs={"min": 1, "step": 1, "inputmode": "numeric"}),
+    )
+    alpha = forms.CharField(
+        label="LoRA alpha",
+        required=False,
+        help_text="The update is scaled by alpha / rank; empty means 32.",
+        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+    )
+    role_arn = forms.CharField(
+        label="Role ARN",
+        required=False,
+        help_text="The IAM role the session runs as; you need iam:PassRole on it.",
+        widget=forms.TextInput(attrs={"list": "roles", "spellcheck": "false"}),
+    )
+    model_package_group_arn = forms.CharField(
+        label="Model package group ARN",
+        required=False,
+        help_text="Every checkpoint becomes a version of this group (made on first save).",
+        widget=forms.TextInput(attrs={"list": "groups", "spellcheck": "false"}),
+    )
+    kms_key_arn = forms.CharField(
+        label="KMS key", required=False, widget=forms.Select(), help_text="Seals checkpoints."
+    )
+    subnets = forms.CharField(
+        label="VPC subnets",
+        required=False,
+        help_text="Subnet ids, separated by commas or spaces; empty: any worker.",
+        widget=forms.TextInput(attrs={"spellcheck": "false"}),
+    )
+    security_group_ids = forms.CharField(
+        label="Security groups",
+        required=False,
+        help_text="Security group ids (needed with subnets).",
+        widget=forms.TextInput(attrs={"spellcheck": "false"}),
+    )
+    s3_output_path = forms.CharField(
+        label="S3 output path",
+        required=False,
+        help_text="Where checkpoints go, inside one of your storage locations; empty: local storage.",
+        widget=forms.TextInput(attrs={"placeholder": "s3://bucket/prefix", "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args, base_models=(), kms_keys=(), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["base_model"].widget.choices = [(m, m) for m in base_models] or [
+            ("", "No base model is served right now")
+        ]
+        self.fields["kms_key_arn"].widget.choices = [("", "The account's default key")] + [
+            (k.arn, f"{k.alias or k.id} ({k.state})") for k in kms_keys
+        ]
+
+    def wire(self) -> tuple[CreateSessionRequest, LoraConfig, str]:
+        """The API's request types built from the form (a DomainError naming the field if they
+        refuse it), and the base model."""
+        data = self.cleaned_data
+        vpc = None
+        if data["subnets"] or data["security_group_ids"]:
+            vpc = {
+                "subnets": id_list(data["subnets"]),
+                "security_group_ids": id_list(data["security_group_ids"]),
+            }
+        session = {
+            "tags": [],
+            "sdk_version": "",
+            "name": data["name"] or None,
+            "role_arn": data["role_arn"].strip() or None,
+            "model_package_group_arn": data["model_package_group_arn"].strip() or None,
+            "s3_output_path": data["s3_output_path"].strip() or None,
+            "kms_key_arn": data["kms_key_arn"] or None,
+            "vpc_config": vpc,
+        }
+        try:
+            request = CreateSessionRequest.model_validate(session)
+        except ValidationError as exc:
+            raise wire_error(exc) from None
+        lora = {"rank": data["rank"].strip() or 32, "alpha": data["alpha"].strip() or None}
+        try:
+            config = LoraConfig.model_validate(lora)
+        except ValidationError as exc:
+            raise wire_error(exc, "lora_config.") from None
+        return request, config, data["base_model"]

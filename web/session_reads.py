@@ -1,0 +1,278 @@
+"""What the session pages show beyond the control plane's selectors: per-session summaries, the
+operation timeline, loss and reward curves from the operations' metrics, and checkpoints with the
+registry versions that hold them. Every read is scoped to one tenant."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, Sum
+
+from controlplane.metering.models import UsageRecord
+from controlplane.registry.models import ModelPackage
+from controlplane.tenants.models import Tenant
+from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
+
+from .charts import Series
+
+TIMELINE_LIMIT = 200  # operations listed on a session's page, newest first
+REWARD_WORDS = ("reward", "return", "score")  # metric names plotted as rewards
+
+
+# -- lists -------------------------------------------------------------------------------------
+@dataclass
+class SessionRow:
+    session: Session
+    base_models: list[str]
+    operations: int
+    tokens: int
+
+
+def live_session_count(*, tenant: Tenant) -> int:
+    return Session.objects.filter(tenant=tenant, state__in=Session.LIVE_STATES).count()
+
+
+def session_count(*, tenant: Tenant, state: str | None = None) -> int:
+    qs = Session.objects.filter(tenant=tenant)
+    return (qs.filter(state=state) if state else qs).count()
+
+
+def session_rows(
+    *, tenant: Tenant, limit: int, offset: int = 0, state: str | None = None
+) -> list[SessionRow]:
+    """The tenant's sessions, newest first, with their base models, operations and tokens."""
+    qs = Session.objects.filter(tenant=tenant)
+    if state:
+        qs = qs.filter(state=state)
+    sessions = list(
+        qs.annotate(n_ops=Count("operations")).order_by("-created_at")[offset : offset + limit]
+    )
+    ids = [s.id for s in sessions]
+    bases: dict[str, list[str]] = defaultdict(list)
+    for session_id, base in (
+        TrainingModel.objects.filter(tenant=tenant, session_id__in=ids)
+        .order_by("created_at")
+        .values_list("session_id", "base_model")
+    ):
+        if base not in bases[session_id]:
+            bases[session_id].append(base)
+    tokens = dict(
+        UsageRecord.objects.filter(tenant=tenant, session_id__in=ids)
+        .values("session_id")
+        .annotate(q=Sum("quantity"))
+        .values_list("session_id", "q")
+    )
+    return [SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0) for s in sessions]
+
+
+# -- one session -------------------------------------------------------------------------------
+@dataclass
+class OperationRow:
+    id: str
+    kind: str
+    seq_id: int | None
+    status: str
+    model_id: str | None
+    sampler_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str
+    error_category: str
+    tokens: int = 0
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    @property
+    def kind_label(self) -> str:
+        return self.kind.replace("_", " ")
+
+
+def models_of(*, tenant: Tenant, session: Session) -> list[TrainingModel]:
+    return list(
+        TrainingModel.objects.filter(tenant=tenant, session=session)
+        .select_related("worker")
+        .order_by("created_at")
+    )
+
+
+def operation_count(*, tenant: Tenant, session: Session) -> dict[str, int]:
+    """How many of the session's operations are in each status."""
+    counts = (
+        Operation.objects.filter(tenant=tenant, session=session)
+        .values("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    return dict(counts)
+
+
+def timeline(
+    *, tenant: Tenant, session: Session, limit: int = TIMELINE_LIMIT
+) -> list[OperationRow]:
+    """The session's latest operations, newest first, with the tokens each was metered."""
+    rows = [
+        OperationRow(
+            id=op["id"],
+            kind=op["kind"],
+            seq_id=op["seq_id"],
+            status=op["status"],
+            model_id=op["model_id"],
+            sampler_id=op["sampling_session_id"],
+            created_at=op["created_at"],
+            started_at=op["started_at"],
+            finished_at=op["finished_at"],
+            error=op["error"],
+            error_category=op["error_category"],
+        )
+        for op in Operation.objects.filter(tenant=tenant, session=session)
+        .order_by("-created_at", "-seq_id")
+        .values(
+            "id",
+            "kind",
+            "seq_id",
+            "status",
+            "model_id",
+            "sampling_session_id",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "error",
+            "error_category",
+        )[:limit]
+    ]
+    tokens = dict(
+        UsageRecord.objects.filter(tenant=tenant, operation_id__in=[r.id for r in rows])
+        .values("operation_id")
+        .annotate(q=Sum("quantity"))
+        .values_list("operation_id", "q")
+    )
+    for row in rows:
+        row.tokens = tokens.get(row.id) or 0
+    return rows
+
+
+# -- curves ------------------------------------------------------------------------------------
+@dataclass
+class Curves:
+    loss: list[Series] = field(default_factory=list)  # mean loss per token, per optimizer step
+    rewards: list[Series] = field(default_factory=list)  # reward-like metrics, per step
+    x_label: str = "optimizer step"
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def steps_of(ops: Iterable[tuple[str, int | None, dict | None]]) -> tuple[list, dict, bool]:
+    """One model's finished operations (kind, seq_id, metrics) in seq_id order → the loss points,
+    the reward-like points by metric name, and whether the x axis counts optimizer steps.
+
+    The forward_backward passes between two optim_steps are one step: its loss is their
+    ``loss:sum`` over their ``tokens:sum``. A model that never stepped plots each pass by seq_id.
+    """
+    ops = list(ops)
+    stepped = any(kind == Operation.Kind.OPTIM_STEP for kind, _, _ in ops)
+    loss: list[tuple[float, float]] = []
+    rewards: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    step, loss_sum, tokens = 1, 0.0, 0.0
+    pending: dict[str, list[float]] = defaultdict(list)
+
+    def close(x: float) -> None:
+        nonlocal loss_sum, tokens
+        if tokens > 0:
+            loss.append((x, loss_sum / tokens))
+        for name, values in pending.items():
+            rewards[name].append((x, sum(values) / len(values)))
+        loss_sum, tokens = 0.0, 0.0
+        pending.clear()
+
+    for kind, seq_id, metrics in ops:
+        metrics = metrics if isinstance(metrics, dict) else {}
+        for name, value in metrics.items():
+            number = _number(value)
+            if number is not None and any(w in name.lower() for w in REWARD_WORDS):
+                pending[name].append(number)
+        if kind == Operation.Kind.FORWARD_BACKWARD:
+            part, n = _number(metrics.get("loss:sum")), _number(metrics.get("tokens:sum"))
+            if part is not None and n:
+                loss_sum, tokens = loss_sum + part, tokens + n
+            if not stepped:
+                close(float(seq_id or 0))
+        elif kind == Operation.Kind.OPTIM_STEP:
+            close(float(step))
+            step += 1
+    if stepped and (tokens or pending):  # passes after the last step: the step in progress
+        close(float(step))
+    return loss, dict(rewards), stepped
+
+
+def curves(*, tenant: Tenant, session: Session, models: list[TrainingModel]) -> Curves:
+    """Loss and reward-like curves of each of the session's models, from the metrics the worker
+    stored with each finished operation."""
+    by_model: dict[str, list] = defaultdict(list)
+    for model_id, kind, seq_id, metrics in (
+        Operation.objects.filter(
+            tenant=tenant,
+            session=session,
+            status=Operation.Status.DONE,
+            model__isnull=False,
+            kind__in=(Operation.Kind.FORWARD_BACKWARD, Operation.Kind.OPTIM_STEP),
+        )
+        .order_by("model_id", "seq_id")
+        .values_list("model_id", "kind", "seq_id", "result__metrics")
+    ):
+        by_model[model_id].append((kind, seq_id, metrics))
+    out = Curves()
+    several = len(by_model) > 1
+    any_stepped = False
+    for model in models:
+        if model.id not in by_model:
+            continue
+        loss, rewards, stepped = steps_of(by_model[model.id])
+        any_stepped = any_stepped or stepped
+        prefix = f"{model.id} · " if several else ""
+        if loss:
+            out.loss.append(Series(f"{prefix}loss per token", loss))
+        for name, points in sorted(rewards.items()):
+            out.rewards.append(Series(f"{prefix}{name}", points))
+    if not any_stepped and out.loss:
+        out.x_label = "forward_backward seq id"
+    return out
+
+
+# -- checkpoints -------------------------------------------------------------------------------
+@dataclass
+class CheckpointRow:
+    checkpoint: Checkpoint
+    packages: list[ModelPackage]
+
+
+def checkpoint_rows(
+    *, tenant: Tenant, session: Session | None = None, limit: int | None = None
+) -> list[CheckpointRow]:
+    """Checkpoints, newest first (of one session, or of the whole tenant), each with the model
+    package versions that hold it."""
+    qs = Checkpoint.objects.filter(tenant=tenant).select_related("model")
+    if session is not None:
+        qs = qs.filter(model__session=session)
+    qs = qs.order_by("-created_at", "-id")
+    checkpoints = list(qs[:limit] if limit else qs)
+    packages: dict[int, list[ModelPackage]] = defaultdict(list)
+    for package in (
+        ModelPackage.objects.filter(tenant=tenant, checkpoint__in=[c.id for c in checkpoints])
+        .select_related("group")
+        .order_by("group__name", "version")
+    ):
+        packages[package.checkpoint_id].append(package)
+    return [CheckpointRow(c, packages[c.id]) for c in checkpoints]
