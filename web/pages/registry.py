@@ -13,7 +13,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam.resources import model_package_arn, model_package_group_arn
-from controlplane.registry import downloads, selectors, services
+from controlplane.registry import selectors, services
+from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage
 
 from ..context import allow, page
@@ -217,22 +218,14 @@ def version_download(request: HttpRequest, name: str, version: int) -> Streaming
     optimizer = request.GET.get("include_optimizer", "false").lower() == "true"
     allow(request, "registry:DownloadModelPackage", _version_arn(request, name, version))
     package = selectors.package_get(tenant=request.tenant, group_name=name, version=version)
-    plan = downloads.download_plan(
-        package=package, format=fmt, include_optimizer=optimizer, field="version"
+    return package_download_response(
+        package=package,
+        format=fmt,
+        include_optimizer=optimizer,
+        field="version",
+        authorize=lambda action, resource: allow(request, action, resource),
+        actor=_actor(request),
     )
-    if plan.key_arn:
-        allow(request, "kms:Decrypt", plan.key_arn)
-    archive = downloads.archive_build(plan, actor=_actor(request))
-    try:
-        response = StreamingHttpResponse(archive, content_type="application/gzip")
-        response["Content-Disposition"] = f"attachment; filename={plan.filename}"
-        response["Content-Length"] = str(archive.size)
-        if package.sha256:
-            response["X-Loopwright-Manifest-Sha256"] = package.sha256
-    except BaseException:
-        archive.close()  # the response will never end, so its scratch folder goes now
-        raise
-    return response
 
 
 urlpatterns = [

@@ -19,6 +19,7 @@ from rest_framework.response import Response
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam.resources import model_package_arn, model_package_group_arn
 from controlplane.registry import downloads, selectors, services
+from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage, ModelPackageGroup
 
 from ..parsing import allow, body_of, principal_of, query_int, tenant_of, text
@@ -261,23 +262,14 @@ def _download_options(request: Request) -> tuple[str, bool]:
 def _download(
     request: Request, package: ModelPackage, fmt: str, optimizer: bool, field: str
 ) -> StreamingHttpResponse:
-    """The version as a .tar.gz; the caller must also be allowed to decrypt with its key."""
-    plan = downloads.download_plan(
-        package=package, format=fmt, include_optimizer=optimizer, field=field
+    return package_download_response(
+        package=package,
+        format=fmt,
+        include_optimizer=optimizer,
+        field=field,
+        authorize=lambda action, resource: allow(request, action, resource),
+        actor=_actor(request),
     )
-    if plan.key_arn:
-        allow(request, "kms:Decrypt", plan.key_arn)
-    archive = downloads.archive_build(plan, actor=_actor(request))
-    try:
-        response = StreamingHttpResponse(archive, content_type="application/gzip")
-        response["Content-Disposition"] = f"attachment; filename={plan.filename}"
-        response["Content-Length"] = str(archive.size)
-        if package.sha256:
-            response["X-Loopwright-Manifest-Sha256"] = package.sha256
-    except BaseException:
-        archive.close()  # the response will never end, so its scratch folder goes now
-        raise
-    return response
 
 
 @_download_view
