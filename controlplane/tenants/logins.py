@@ -40,6 +40,11 @@ def login_check(*, email: str, password: str, source_ip: str | None):
         LoginFailure.objects.create(email=email, source_ip=source_ip)
         raise Unauthenticated("email or password is wrong", field="password")
     by_email.delete()
+    from controlplane.audit.services import audit_own_account
+
+    audit_own_account(
+        user=user, action="auth:Login", reason="signed in with a password", source_ip=source_ip
+    )
     return user
 
 

@@ -60,6 +60,24 @@ def _clean_name(name: str, field: str, limit: int = 200) -> str:
 
 
 @transaction.atomic
+def password_change(*, user, old_password: str, new_password: str, source_ip=None) -> None:
+    """A person changes their own password: the old one must match, the new one pass the
+    password rules; recorded in the audit log of every account they belong to."""
+    from controlplane.audit.services import audit_own_account
+
+    if not user.check_password(old_password or ""):
+        raise DomainError("old_password: this is not your current password", field="old_password")
+    _check_password(new_password, user)
+    user.set_password(new_password)
+    user.save(update_fields=["password"])
+    audit_own_account(
+        user=user,
+        action="auth:ChangePassword",
+        reason="changed their own password",
+        source_ip=source_ip,
+    )
+
+
 def tenant_create(*, name: str) -> Tenant:
     return Tenant.objects.create(name=_clean_name(name, "tenant_name"))
 

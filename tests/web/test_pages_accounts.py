@@ -78,6 +78,10 @@ def test_login_and_the_next_page(client, alice):
     )
     assert page.status_code == 302 and page.headers["Location"] == "/sessions?x=1"
     assert client.get("/account").status_code == 200
+    from controlplane.audit.models import AuditEvent
+
+    event = AuditEvent.objects.get(tenant=alice.tenant, action="auth:Login")
+    assert event.principal.endswith(":user/alice@example.com") and event.allowed
 
 
 @pytest.mark.parametrize(
@@ -145,6 +149,10 @@ def test_password_change_keeps_this_login(alice):
     after = alice.get("/account")  # the same login goes on
     assert after.status_code == 200 and "password is changed" in after.content.decode()
     assert Client().login(username="alice@example.com", password=new)
+    from controlplane.audit.models import AuditEvent
+
+    changed = AuditEvent.objects.filter(action="auth:ChangePassword")
+    assert [e.tenant_id for e in changed] == [alice.tenant.id]  # in her account, not charlie's
 
 
 def test_switching_accounts_changes_whose_things_pages_show(alice, charlie):

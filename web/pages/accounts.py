@@ -19,6 +19,7 @@ from controlplane.fleet.selectors import served_base_models
 from controlplane.fleet.services import live_workers
 from controlplane.iam.access import client_ip
 from controlplane.iam.provisioning import account_create
+from controlplane.tenants import services as tenant_services
 from controlplane.tenants.logins import login_check
 
 from ..account_forms import LoginForm, SignupForm, show_error
@@ -143,7 +144,12 @@ def account(request: HttpRequest) -> HttpResponse:
     form = PasswordChangeForm(request.user, data, label_suffix="")
     form.fields["old_password"].widget.attrs.pop("autofocus", None)  # not the page's purpose
     if request.method == "POST" and form.is_valid():
-        form.save()
+        tenant_services.password_change(
+            user=request.user,
+            old_password=form.cleaned_data["old_password"],
+            new_password=form.cleaned_data["new_password1"],
+            source_ip=client_ip(request),
+        )
         update_session_auth_hash(request, form.user)  # stay logged in here, out elsewhere
         messages.success(request, "Your password is changed.")
         return redirect("/account")
