@@ -12,7 +12,6 @@ import os
 import socket
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,12 +32,6 @@ from .wake import WakeListener
 log = logging.getLogger("loopwright.worker")
 
 SAMPLE_BATCH = 64
-RAN_REMEMBERED = 10_000
-_RAN_BEFORE = Outcome(
-    error="the database lost this operation's completion after it ran (a database restart); "
-    "it was not run twice",
-    category="server",
-)
 HEARTBEAT_SECONDS = 5.0
 SEQ_GAP_SECONDS = float(os.environ.get("LOOPWRIGHT_SEQ_GAP_SECONDS", "120"))
 
@@ -114,9 +107,6 @@ class WorkerRuntime:
         self._stop = threading.Event()
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
-        # Operations this process has run: a claim the database lost (it commits without
-        # waiting for a flush) must not make the same operation run twice.
-        self._ran: OrderedDict[str, None] = OrderedDict()
         self.wake: WakeListener | None = None
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
@@ -185,16 +175,13 @@ class WorkerRuntime:
             progressed = 0
             for op in execution.next_training_ops(worker=self.worker):
                 if execution.claim(op):
-                    self._finish(op, self._training(op) if self._first_run(op) else _RAN_BEFORE)
+                    self._finish(op, self._training(op))
                     progressed += 1
-            claimed = []
-            for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH):
-                if execution.claim(op):
-                    if self._first_run(op):
-                        claimed.append(op)
-                    else:
-                        self._finish(op, _RAN_BEFORE)
-                        progressed += 1
+            claimed = [
+                op
+                for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH)
+                if execution.claim(op)
+            ]
             if claimed:
                 outcomes = run_samples(
                     self.host,
@@ -211,16 +198,6 @@ class WorkerRuntime:
             ran += progressed
             if not progressed:
                 return ran
-
-    def _first_run(self, op) -> bool:
-        """Remember ``op`` as run by this process; False if it already was."""
-        if op.pk in self._ran:
-            log.warning("operation %s was claimed again after it ran; not running it twice", op.pk)
-            return False
-        self._ran[op.pk] = None
-        while len(self._ran) > RAN_REMEMBERED:
-            self._ran.popitem(last=False)
-        return True
 
     def _training(self, op) -> Outcome:
         started = time.perf_counter()

@@ -7,7 +7,6 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.db import flush_later
 from controlplane.tenants.models import Tenant
 
 from .models import AuditEvent
@@ -29,23 +28,21 @@ def audit_record(
     user_agent: str = "",
     api_key: str = "",
 ) -> AuditEvent:
-    # The next durable commit (the change this decision allowed) flushes it along.
-    with flush_later():
-        return AuditEvent.objects.create(
-            tenant=tenant,
-            principal=principal[:400],
-            action=action[:100],
-            resource=resource[:1000],
-            allowed=allowed,
-            effect=effect,
-            mutating=mutating,
-            policy=(policy or "")[:200],
-            statement=(statement or "")[:200],
-            reason=reason[:1000],
-            source_ip=source_ip or None,
-            user_agent=user_agent[:400],
-            api_key=api_key,
-        )
+    return AuditEvent.objects.create(
+        tenant=tenant,
+        principal=principal[:400],
+        action=action[:100],
+        resource=resource[:1000],
+        allowed=allowed,
+        effect=effect,
+        mutating=mutating,
+        policy=(policy or "")[:200],
+        statement=(statement or "")[:200],
+        reason=reason[:1000],
+        source_ip=source_ip or None,
+        user_agent=user_agent[:400],
+        api_key=api_key,
+    )
 
 
 def audit_own_account(*, user, action: str, reason: str, source_ip: str | None = None) -> None:

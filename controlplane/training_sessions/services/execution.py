@@ -16,7 +16,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from controlplane.db import flush_later
 from controlplane.fleet.models import Worker
 from controlplane.metering.services import usage_record_for
 from controlplane.registry.services import package_register
@@ -114,14 +113,10 @@ def has_waiting_work(*, worker: Worker, older_than_seconds: float = 2.0) -> bool
 
 
 def claim(op: Operation) -> bool:
-    """pending → running, if no one else did it first. The commit does not wait for a disk
-    flush: the completion's commit flushes it. Should the database lose it in a crash, the
-    worker still remembers what it ran and does not run it again."""
     now = timezone.now()
-    with flush_later():
-        won = Operation.objects.filter(pk=op.pk, status=Operation.Status.PENDING).update(
-            status=Operation.Status.RUNNING, started_at=now
-        )
+    won = Operation.objects.filter(pk=op.pk, status=Operation.Status.PENDING).update(
+        status=Operation.Status.RUNNING, started_at=now
+    )
     if won:
         op.status, op.started_at = Operation.Status.RUNNING, now
     return bool(won)
