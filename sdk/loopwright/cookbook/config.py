@@ -78,8 +78,12 @@ def _scalar_type(annotation: Any) -> type:
     return typing.cast(type, annotation)
 
 
-def _parser(cls: type[BaseConfig], description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=description)
+def _parser(cls: type[BaseConfig], recipe: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m loopwright.cookbook.{recipe}",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--config", help="a saved config.json to start from")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -100,7 +104,7 @@ def parse_config(
     cls: type[C], recipe: str, argv: list[str] | None = None, description: str = ""
 ) -> C:
     """The recipe's config from defaults, then ``--config FILE``, then the flags given."""
-    args = vars(_parser(cls, description or recipe).parse_args(argv))
+    args = vars(_parser(cls, recipe, description or recipe).parse_args(argv))
     values: dict[str, Any] = {}
     config_file = args.pop("config")
     if config_file:

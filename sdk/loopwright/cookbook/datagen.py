@@ -242,7 +242,9 @@ def data_path(name_or_path: str) -> Path:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=DATA_DIR)
     for written in write_all(parser.parse_args().out):
         print(written)

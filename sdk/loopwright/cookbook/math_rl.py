@@ -228,4 +228,4 @@ def main(config: Config) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(parse_config(Config, RECIPE, description=__doc__.splitlines()[0]))
+    main(parse_config(Config, RECIPE, description=__doc__))
