@@ -44,6 +44,7 @@ class WorkerSettings:
     dtype: str | None = None
     capacity: int = 16
     max_loaded_adapters: int = 16
+    release_slack_mb: int = 256  # growth after which freed heap goes back to the OS
     scratch_dir: Path | None = None  # plaintext checkpoints in flight; system temp if None
     subnet_ids: tuple[str, ...] = ()  # the VPC subnets it reaches; none: the open network
     security_group_ids: tuple[str, ...] = ()
@@ -62,6 +63,7 @@ class WorkerSettings:
             dtype=env.get("LOOPWRIGHT_WORKER_DTYPE") or None,
             capacity=int(env.get("LOOPWRIGHT_WORKER_CAPACITY", "16")),
             max_loaded_adapters=int(env.get("LOOPWRIGHT_WORKER_MAX_LOADED", "16")),
+            release_slack_mb=int(env.get("LOOPWRIGHT_WORKER_RELEASE_SLACK_MB", "256")),
             scratch_dir=Path(env["LOOPWRIGHT_WORKER_SCRATCH_DIR"])
             if env.get("LOOPWRIGHT_WORKER_SCRATCH_DIR")
             else None,
@@ -92,6 +94,7 @@ class WorkerRuntime:
                 device=settings.device,
                 dtype=settings.dtype,
                 max_loaded_adapters=settings.max_loaded_adapters,
+                release_slack_mb=settings.release_slack_mb,
             ),
         )
         self.samplers = SamplerAdapters(

@@ -162,8 +162,7 @@ class AdapterPool:
     def remove(self, model_id: str) -> None:
         entry = self._entry(model_id)
         if entry.loaded:
-            self.model.delete_adapter(adapter_name(model_id))
-            self._forget(model_id)
+            self._delete(model_id)
             self._lru.pop(model_id, None)
         self._spill_path(model_id).unlink(missing_ok=True)
         del self._entries[model_id]
@@ -235,6 +234,16 @@ class AdapterPool:
         except KeyError:
             raise UnknownAdapter(model_id) from None
 
+    def _delete(self, model_id: str) -> None:
+        """Drop its peft layers. The placeholder becomes active first: deleting the active adapter
+        would make peft activate another session's adapter and warn (a new message, hence a log
+        line and a warnings-registry entry, for every adapter ever removed)."""
+        name = adapter_name(model_id)
+        if name in self.model.active_adapters:
+            self.model.set_adapter(PLACEHOLDER)
+        self.model.delete_adapter(name)
+        self._forget(model_id)
+
     def _forget(self, model_id: str) -> None:
         """Its peft layers changed: drop cached parameters and the notion of what is active."""
         self._param_cache.pop(model_id, None)
@@ -267,8 +276,7 @@ class AdapterPool:
             "optimizer": {k: v.cpu() for k, v in entry.optimizer.tensors().items()},
         }
         torch.save(blob, self._spill_path(entry.model_id))
-        self.model.delete_adapter(adapter_name(entry.model_id))
-        self._forget(entry.model_id)
+        self._delete(entry.model_id)
         entry.optimizer = AdamState()
         entry.loaded = False
 

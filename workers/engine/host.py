@@ -2,7 +2,8 @@
 
 A host is used by one worker process; calls are serialised by a lock. Inputs are the SDK's wire
 types; outputs too. Every operation validates its whole input before it touches the model, so a
-rejected request leaves the session exactly as it was.
+rejected request leaves the session exactly as it was. After each operation, heap memory it freed
+goes back to the OS once the process has grown by ``release_slack_mb`` (see ``memory``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from loopwright.types import (
 )
 
 from . import batch as batching
-from . import checkpoints
+from . import checkpoints, memory
 from .adapters import AdapterConfig, AdapterPool
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, InvalidInput
@@ -55,6 +56,8 @@ class HostConfig:
     max_lora_rank: int = 128
     max_batch_tokens: int = 16384  # padded tokens per forward/backward micro-batch
     spill_dir: Path | None = None
+    # Resident growth over which freed heap is returned to the OS after an operation (0: always).
+    release_slack_mb: int = 256
 
     def torch_dtype(self) -> torch.dtype:
         name = self.dtype or ("float32" if self.device == "cpu" else "bfloat16")
@@ -94,14 +97,25 @@ class ModelHost:
             self.pool.model, self.tokenizer, self.vocab_size, self.context_length, self.device
         )
         self._lock = threading.RLock()
+        self.memory = memory.HeapReleaser(self.config.release_slack_mb << 20)
+
+    @contextlib.contextmanager
+    def _operation(self, *, release: bool = False) -> Iterator[None]:
+        """One operation at a time; after it, freed heap goes back to the OS if the process grew
+        past its slack (``release``: in any case, e.g. a whole adapter was just freed)."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                self.memory.settle(force=release)
 
     # -- adapters --------------------------------------------------------------------------
     def create_adapter(self, model_id: str, lora: AdapterConfig) -> None:
-        with self._lock:
+        with self._operation():
             self.pool.create(model_id, lora)
 
     def remove_adapter(self, model_id: str) -> None:
-        with self._lock:
+        with self._operation(release=True):
             self.pool.remove(model_id)
 
     def has_adapter(self, model_id: str) -> bool:
@@ -110,16 +124,16 @@ class ModelHost:
     # -- training --------------------------------------------------------------------------
     def forward(self, model_id: str | None, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         """Loss and per-token logprobs without gradients (``model_id=None``: the base model)."""
-        with self._lock:
+        with self._operation():
             return self._run(model_id, fwd, backward=False)
 
     def forward_backward(self, model_id: str, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         """Accumulate gradients of the summed loss into the adapter until ``optim_step``."""
-        with self._lock:
+        with self._operation():
             return self._run(model_id, fwd, backward=True)
 
     def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
-        with self._lock:
+        with self._operation():
             hp = AdamHyper(**adam.model_dump(include=set(AdamHyper.__dataclass_fields__)))
             hp.validate()
             params = self.pool.activate(model_id)
@@ -198,7 +212,7 @@ class ModelHost:
     # -- sampling --------------------------------------------------------------------------
     def sample(self, model_id: str | None, jobs: Sequence[SampleJob]) -> list[SampleResult]:
         """Sample for several requests of one adapter (``None``: the base model) in one batch."""
-        with self._lock:
+        with self._operation():
             if model_id is None:
                 with self.pool.model.disable_adapter():
                     return self.sampler.run(jobs)
@@ -214,7 +228,7 @@ class ModelHost:
         self, model_id: str, directory: Path, *, optimizer: bool = True
     ) -> checkpoints.CheckpointMeta:
         """Training state (adapter + AdamW) or, with ``optimizer=False``, sampler weights."""
-        with self._lock:
+        with self._operation():
             tensors = self.pool.state_dict(model_id)
             pcfg = self.pool.peft_config(model_id).to_dict()
             pcfg["base_model_name_or_path"] = str(self.materialized.path)
@@ -242,7 +256,7 @@ class ModelHost:
         fresh. The checkpoint's alpha is adopted (it is part of what the weights mean).
         Everything is read and checked before the adapter changes.
         """
-        with self._lock:
+        with self._operation():
             directory = Path(directory)
             meta = checkpoints.read_meta(directory)
             if meta.base_model != self.base_model:
@@ -277,7 +291,7 @@ class ModelHost:
 
     def load_adapter_from(self, model_id: str, directory: Path) -> checkpoints.CheckpointMeta:
         """Create an adapter from a checkpoint (for sampling from saved weights)."""
-        with self._lock:
+        with self._operation():
             meta = checkpoints.read_meta(Path(directory))
             self.pool.create(model_id, meta.lora)
             try:
@@ -289,22 +303,23 @@ class ModelHost:
 
     def export_merged(self, model_id: str, directory: Path) -> Path:
         """A full model with the adapter merged in, loadable by plain transformers."""
-        with self._lock:
+        with self._operation(release=True):  # a second copy of the base model was freed
             directory = Path(directory)
             tmp = directory.with_name(directory.name + ".adapter")
             try:
                 self.save_state(model_id, tmp, optimizer=False)
-                base = AutoModelForCausalLM.from_pretrained(
-                    self.materialized.path, dtype=self.dtype
-                )
-                if self.pool.config(model_id).train_unembed:
-                    _untie_output_embeddings(base)
-                merged = PeftModel.from_pretrained(base, tmp).merge_and_unload()
-                merged.save_pretrained(directory)
-                self.tokenizer.save_pretrained(directory)
+                self._write_merged(tmp, directory, untie=self.pool.config(model_id).train_unembed)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             return directory
+
+    def _write_merged(self, adapter_dir: Path, directory: Path, *, untie: bool) -> None:
+        base = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
+        if untie:
+            _untie_output_embeddings(base)
+        merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+        merged.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
 
 
 def _untie_output_embeddings(model: PreTrainedModel) -> None:
