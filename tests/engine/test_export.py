@@ -31,7 +31,7 @@ def test_adapter_export_loads_in_plain_peft(host, tmp_path) -> None:
     model = peft.PeftModel.from_pretrained(base, tmp_path / "adapter")
     with torch.no_grad():
         ref = token_logprobs(model, TOKENS[:-1], TOKENS[1:]).numpy()
-    np.testing.assert_allclose(session_logprobs(host), ref, atol=1e-5)
+    np.testing.assert_allclose(session_logprobs(host), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_merged_export_loads_in_plain_transformers(host, tmp_path) -> None:
@@ -43,7 +43,7 @@ def test_merged_export_loads_in_plain_transformers(host, tmp_path) -> None:
     AutoTokenizer.from_pretrained(out)
     with torch.no_grad():
         ref = token_logprobs(model, TOKENS[:-1], TOKENS[1:]).numpy()
-    np.testing.assert_allclose(session_logprobs(host), ref, atol=1e-5)
+    np.testing.assert_allclose(session_logprobs(host), ref, rtol=1e-5, atol=1e-5)
 
 
 def test_merging_an_adapted_tied_unembedding_leaves_input_embeddings_alone(
@@ -73,4 +73,4 @@ def test_merging_an_adapted_tied_unembedding_leaves_input_embeddings_alone(
     assert not torch.equal(model.lm_head.weight, src.lm_head.weight)
     with torch.no_grad():
         ref = token_logprobs(model, TOKENS[:-1], TOKENS[1:]).numpy()
-    np.testing.assert_allclose(session_logprobs(host), ref, atol=1e-5)
+    np.testing.assert_allclose(session_logprobs(host), ref, rtol=1e-5, atol=1e-5)

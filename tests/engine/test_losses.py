@@ -122,8 +122,10 @@ def test_gradients_accumulate_until_optim_step(host) -> None:
         p.grad = None
     host.forward_backward("m", ForwardBackwardInput(data=[d1, d2], loss_fn="cross_entropy"))
     for k, p in host.pool.parameters("m").items():
+        # one padded batch and two calls sum in different orders (float32, and kernels that
+        # block the matrices by their shapes): equal to a few parts in 10⁵ of the largest entry
         scale = max(1.0, float(split[k].abs().max()))
-        assert float((p.grad - split[k]).abs().max()) <= 1e-5 * scale, k
+        assert float((p.grad - split[k]).abs().max()) <= 5e-5 * scale, k
 
 
 def test_client_side_custom_loss_through_cross_entropy_weights(host) -> None:
