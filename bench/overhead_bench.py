@@ -47,14 +47,13 @@ def time_calls(call, n: int, warmup: int = 5) -> list[float]:
     return out
 
 
-def in_process(n: int) -> list[float]:
+def measure(backend: str, n: int, block: int = 10) -> tuple[list[float], list[float]]:
+    """Both sides in alternating blocks of ``block`` calls, so that a change in the machine's
+    load during the run hits both alike; the in-process host lives in this process, the
+    service's in its worker (idle while the in-process block runs, and the other way round)."""
     host = ModelHost(TINY)
     host.create_adapter("bench", AdapterConfig(rank=8, seed=0))
     fwd = ForwardBackwardInput(data=[datum()], loss_fn="cross_entropy")
-    return time_calls(lambda: host.forward_backward("bench", fwd), n)
-
-
-def through_service(backend: str, n: int) -> list[float]:
     stack = Stack(backend, Path(tempfile.mkdtemp(prefix="lw-bench-"))).start()
     try:
         with ServiceClient(
@@ -62,9 +61,21 @@ def through_service(backend: str, n: int) -> list[float]:
         ) as svc:
             tc = svc.create_lora_training_client(TINY, rank=8, seed=0)
             data = [datum()]
-            return time_calls(
-                lambda: tc.forward_backward(data, loss_fn="cross_entropy").result(), n
-            )
+
+            def local() -> None:
+                host.forward_backward("bench", fwd)
+
+            def remote() -> None:
+                tc.forward_backward(data, loss_fn="cross_entropy").result()
+
+            time_calls(local, 0), time_calls(remote, 0)  # warm both up
+            ours: list[float] = []
+            reference: list[float] = []
+            while len(reference) < n:
+                size = min(block, n - len(reference))
+                reference += time_calls(local, size, warmup=1)
+                ours += time_calls(remote, size, warmup=1)
+            return reference, ours
     finally:
         stack.stop()
 
@@ -74,10 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--backend", default="postgres-redis", choices=["postgres-redis", "embedded"])
     p.add_argument("--n", type=int, default=100)
     args = p.parse_args(argv)
-    local = in_process(args.n)
-    remote = through_service(args.backend, args.n)
+    local, remote = measure(args.backend, args.n)
     print(
-        f"\nforward_backward, 1 datum × {len(TOKENS) - 1} tokens, tiny model, {args.n} calls ({args.backend})"
+        f"\nforward_backward, 1 datum × {len(TOKENS) - 1} tokens, tiny model, {args.n} calls "
+        f"each side, alternating blocks of 10 ({args.backend})"
     )
     print(
         f"{'':>10} {'in-process ms':>14} {'service ms':>11} {'ratio':>7} {'added ms':>9} {'target':>10}"

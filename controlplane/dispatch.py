@@ -1,6 +1,6 @@
 """Wake a worker when it has work: on PostgreSQL a ``NOTIFY loopwright_wake, '<queue>'`` sent in
 the submitting transaction (delivered at its commit, straight to the worker's listening
-connection); elsewhere a ``loopwright.drain`` message to the worker's Celery queue, sent after
+connection; inserting a pending operation sends it by itself, through a trigger); elsewhere a ``loopwright.drain`` message to the worker's Celery queue, sent after
 the commit.
 
 Either nudge carries nothing but the queue: the worker reads what to do from the database, so a
@@ -59,9 +59,15 @@ def wakes_by_notify() -> bool:
     )
 
 
-def wake_worker(queue: str) -> None:
-    """Nudge ``queue`` once the current transaction commits (at once outside a transaction)."""
+def wake_worker(queue: str, *, inserted: bool = False) -> None:
+    """Nudge ``queue`` once the current transaction commits (at once outside a transaction).
+
+    ``inserted``: the nudge is for a pending operation just inserted, which on PostgreSQL wakes
+    its worker by itself (a trigger on the operations table sends the notice).
+    """
     if wakes_by_notify():
+        if inserted:
+            return
         with connection.cursor() as cur:
             cur.execute("SELECT pg_notify(%s, %s)", [WAKE_CHANNEL, queue])
         return

@@ -20,11 +20,14 @@ from django.conf import settings  # noqa: E402
 from controlplane.dispatch import DRAIN_TASK, broker_options, broker_url  # noqa: E402
 
 app = Celery("loopwright-worker", broker=broker_url(settings.BROKER_URL))
+transport_options = broker_options(settings.BROKER_URL, settings.BROKER_DIR)
+if settings.BROKER_URL.startswith("filesystem"):
+    # The embedded broker is a folder the worker polls: look often. Redis and RabbitMQ push
+    # (a short interval there only makes the worker's main thread wake and re-ask 50 times a
+    # second, taking the interpreter lock from the engine's thread each time).
+    transport_options["polling_interval"] = 0.02
 app.conf.update(
-    broker_transport_options={
-        **broker_options(settings.BROKER_URL, settings.BROKER_DIR),
-        "polling_interval": 0.02,
-    },
+    broker_transport_options=transport_options,
     broker_connection_retry_on_startup=True,
     task_ignore_result=True,
     task_acks_late=False,  # work is claimed from the database; a lost nudge costs nothing

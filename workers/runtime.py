@@ -15,15 +15,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.db import close_old_connections, transaction
+import torch
+from django.db import DatabaseError, close_old_connections, transaction
 
 from controlplane import dispatch
 from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
+from controlplane.metering.services import datum_tokens, input_tokens
 from controlplane.training_sessions.services import execution, placement
 from controlplane.training_sessions.services.storage import storage_at
 
+from .cpu_threads import cpu_threads, threads_for
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
 from .sealing import Vault
@@ -72,6 +75,20 @@ class WorkerSettings:
         )
 
 
+def work_tokens(kind: str, payload: dict) -> int | None:
+    """Tokens an operation puts through the model (sampling: the prompt and every new token it
+    may generate); None for kinds whose work is not counted in tokens."""
+    if kind == "forward_backward":
+        return datum_tokens((payload.get("forward_backward_input") or {}).get("data") or ())
+    if kind == "forward":
+        return datum_tokens((payload.get("forward_input") or {}).get("data") or ())
+    if kind == "sample":
+        params = payload.get("sampling_params") or {}
+        new = int(payload.get("num_samples") or 1) * int(params.get("max_tokens") or 0)
+        return input_tokens(payload.get("prompt") or {}) + new
+    return None
+
+
 def _listed(value: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
@@ -97,6 +114,10 @@ class WorkerRuntime:
                 release_slack_mb=settings.release_slack_mb,
             ),
         )
+        self._parameters = sum(  # the base model's, not the adapter slots'
+            p.numel() for name, p in self.host.pool.model.named_parameters() if "lora_" not in name
+        )
+        self._usual_threads = torch.get_num_threads()
         self.samplers = SamplerAdapters(
             limit=int(os.environ.get("LOOPWRIGHT_WORKER_SAMPLER_ADAPTERS", "8"))
         )
@@ -108,6 +129,7 @@ class WorkerRuntime:
             log.warning("failed %d operations left running by a previous process", recovered)
         self._place_waiting()
         self._stop = threading.Event()
+        self._lost: set[str] = set()  # models whose state here the database no longer matches
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
         self.wake: WakeListener | None = None
@@ -152,6 +174,11 @@ class WorkerRuntime:
         """One heartbeat: alive; models waiting for a worker like this one are placed (room may
         have freed); a lost nudge or a seq gap to time out gets another look."""
         fleet.worker_heartbeat(name=self.settings.name)
+        if self._lost and self._drain_lock.acquire(blocking=False):
+            try:  # the database answers again: fail what it could not record
+                self._fail_lost()
+            finally:
+                self._drain_lock.release()
         self._place_waiting()
         if execution.has_waiting_work(worker=self.worker):
             if self.wake is not None:
@@ -175,23 +202,25 @@ class WorkerRuntime:
     def _drain(self) -> int:
         ran = 0
         while True:
+            self._fail_lost()
+            if ran and not execution.has_pending(worker=self.worker):
+                return ran  # one cheap look after the work: nothing came meanwhile
             progressed = 0
-            for op in execution.next_training_ops(worker=self.worker):
-                if execution.claim(op):
-                    self._finish(op, self._training(op))
-                    progressed += 1
-            claimed = [
-                op
-                for op in execution.pending_samples(worker=self.worker, limit=SAMPLE_BATCH)
-                if execution.claim(op)
-            ]
+            served: list[str] = []  # one operation per model a pass, then the samples
+            while op := execution.claim_next_training(worker=self.worker, skip=served):
+                self._finish(op, self._training(op))
+                served.append(op.model_id)
+                progressed += 1
+            claimed = execution.claim_samples(worker=self.worker, limit=SAMPLE_BATCH)
             if claimed:
-                outcomes = run_samples(
-                    self.host,
-                    [(op.payload, op.plan) for op in claimed],
-                    self.samplers,
-                    [self.vault(op.tenant_id) for op in claimed],
-                )
+                tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in claimed)
+                with self._threads(tokens):
+                    outcomes = run_samples(
+                        self.host,
+                        [(op.payload, op.plan) for op in claimed],
+                        self.samplers,
+                        [self.vault(op.tenant_id) for op in claimed],
+                    )
                 for op, outcome in zip(claimed, outcomes, strict=True):
                     self._finish(op, outcome)
                 progressed += len(claimed)
@@ -202,14 +231,20 @@ class WorkerRuntime:
             if not progressed:
                 return ran
 
+    def _threads(self, tokens: int | None):
+        """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
+        if self.settings.device != "cpu" or tokens is None:
+            return cpu_threads(self._usual_threads)
+        return cpu_threads(threads_for(tokens, self._parameters, self._usual_threads))
+
     def _training(self, op) -> Outcome:
         started = time.perf_counter()
         try:
-            outcome = Outcome(
-                result=run_training(
+            with self._threads(work_tokens(op.kind, op.payload)):
+                result = run_training(
                     self.host, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
                 )
-            )
+            outcome = Outcome(result=result)
         except Exception as exc:
             outcome = classify(exc)
             if outcome.category == "server":
@@ -233,9 +268,25 @@ class WorkerRuntime:
             stores=storage_at,
         )
 
-    @staticmethod
-    def _finish(op, outcome: Outcome) -> None:
-        if outcome.ok:
-            execution.complete(op, outcome.result or {})
-        else:
-            execution.fail(op, outcome.error or "failed", outcome.category)
+    def _finish(self, op, outcome: Outcome) -> None:
+        try:
+            if outcome.ok:
+                execution.complete(op, outcome.result or {})
+            else:
+                execution.fail(op, outcome.error or "failed", outcome.category)
+        except (DatabaseError, execution.ClaimLost):
+            # The engine ran it, the database did not take the result (or lost the claim): this
+            # host's state of the model no longer matches the database. Nothing more runs on
+            # it; it is failed as soon as the database answers again.
+            if op.model_id is not None:
+                self._lost.add(op.model_id)
+            raise
+
+    def _fail_lost(self) -> None:
+        for model_id in sorted(self._lost):
+            execution.model_lost(
+                model_id=model_id, why="an operation ran but its result could not be recorded"
+            )
+            if self.host.has_adapter(model_id):
+                self.host.remove_adapter(model_id)
+            self._lost.discard(model_id)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.tenants.models import Tenant
@@ -28,7 +32,7 @@ def audit_record(
     user_agent: str = "",
     api_key: str = "",
 ) -> AuditEvent:
-    return AuditEvent.objects.create(
+    event = AuditEvent(
         tenant=tenant,
         principal=principal[:400],
         action=action[:100],
@@ -43,6 +47,36 @@ def audit_record(
         user_agent=user_agent[:400],
         api_key=api_key,
     )
+    event.save(force_insert=True)
+    held = _held.get()
+    if held is not None:
+        held.append(event)
+    return event
+
+
+_held: ContextVar[list[AuditEvent] | None] = ContextVar("audit_held", default=None)
+
+
+@contextmanager
+def audited_transaction() -> Iterator[None]:
+    """One transaction for a request's audit rows and its writes: a single disk flush at commit
+    instead of one per row. Should the block fail and roll back, the audit rows recorded in it
+    are written again on their own, so a refused or failed request is still on record."""
+    held: list[AuditEvent] = []
+    token = _held.set(held)
+    try:
+        with transaction.atomic():
+            yield
+    except BaseException:
+        _held.reset(token)
+        token = None
+        for event in held:
+            event.pk = None
+            event.save(force_insert=True)
+        raise
+    finally:
+        if token is not None:
+            _held.reset(token)
 
 
 def audit_own_account(*, user, action: str, reason: str, source_ip: str | None = None) -> None:

@@ -37,6 +37,58 @@ def usage_rows_write(rows: Sequence[UsageRecord]) -> list[UsageRecord]:
     return inserted
 
 
+def usage_write_ctes(rows: Sequence[UsageRecord], *, gate: str) -> tuple[str, list]:
+    """What ``usage_rows_write`` does, as common table expressions for one PostgreSQL statement:
+    the rows are inserted (skipping any whose (operation, meter) exists) only if the expression
+    named ``gate`` returned a row, and those inserted are added to their days' totals.
+
+    For writing an operation's completion and its usage in one statement; the rows must share
+    their tenant, session, base model and time (one operation's rows do). Returns the SQL of the
+    expressions (empty when there are no rows) and its parameters.
+    """
+    if not rows:
+        return "", []
+    first = rows[0]
+    shared = [f for f in _USAGE_COLUMNS if f not in ("meter", "quantity")]
+    assert all(day_key(r)[:4] == day_key(first)[:4] for r in rows), "one operation's rows"
+    quote = connection.ops.quote_name
+    usage, daily = quote(UsageRecord._meta.db_table), quote(UsageDaily._meta.db_table)
+    fields = {name: UsageRecord._meta.get_field(name) for name in _USAGE_COLUMNS}
+    params = [
+        fields[n].get_db_prep_save(getattr(first, fields[n].attname), connection) for n in shared
+    ]
+    meters = sorted({r.meter: r.quantity for r in rows}.items())  # one row per meter
+    for meter, quantity in meters:
+        params += [meter, quantity]
+    columns = ", ".join(quote(fields[n].column) for n in (*shared, "meter", "quantity"))
+    values = ", ".join(["(%s, %s::bigint)"] * len(meters))
+    # totals keys in a fixed order (meter, byte-wise), as daily_add, so writers never deadlock
+    sql = f"""
+        usage_new AS (
+            INSERT INTO {usage} ({columns})
+            SELECT {", ".join(["%s"] * len(shared))}, v.meter, v.quantity
+            FROM (VALUES {values}) AS v(meter, quantity)
+            WHERE EXISTS (SELECT 1 FROM {gate})
+            ON CONFLICT (operation_id, meter) DO NOTHING
+            RETURNING meter, quantity
+        ), usage_days AS (
+            INSERT INTO {daily} (tenant_id, day, session_id, base_model, meter, quantity)
+            SELECT %s, %s, %s, %s, meter, sum(quantity) FROM usage_new
+            GROUP BY meter ORDER BY meter COLLATE "C"
+            ON CONFLICT (tenant_id, day, session_id, base_model, meter)
+            DO UPDATE SET quantity = {daily}.quantity + excluded.quantity
+        )"""
+    tenant, day, session, base_model, _ = day_key(first)
+    day_fields = [
+        UsageDaily._meta.get_field(n) for n in ("tenant", "day", "session_id", "base_model")
+    ]
+    params += [
+        f.get_db_prep_save(v, connection)
+        for f, v in zip(day_fields, (tenant, day, session, base_model), strict=True)
+    ]
+    return sql, params
+
+
 def _insert_new(rows: Sequence[UsageRecord]) -> list[UsageRecord]:
     seen: set[tuple] = set()
     unique = []

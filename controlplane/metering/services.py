@@ -55,16 +55,23 @@ def usage_record_for(op: Operation) -> list[UsageRecord]:
     A row that exists already for (operation, meter) is left alone, so completing the same
     operation again never adds usage; the rows written are added to their day's totals.
     """
+    return usage_rows_write(usage_rows_for(op))
+
+
+def usage_rows_for(op: Operation) -> list[UsageRecord]:
+    """The usage rows ``op`` has earned, unsaved: one per meter it processed tokens on."""
     counts = operation_usage(op.kind, op.payload or {}, op.result or {})
     if not counts:
         return []
-    if op.model_id is not None:
-        base_model = op.model.base_model
-    elif op.sampling_session_id is not None:
-        base_model = op.sampling_session.base_model
-    else:
-        base_model = (op.payload or {}).get("base_model") or ""
-    rows = [
+    base_model = (op.plan or {}).get("base_model")  # plans name it; older ones did not
+    if base_model is None:
+        if op.model_id is not None:
+            base_model = op.model.base_model
+        elif op.sampling_session_id is not None:
+            base_model = op.sampling_session.base_model
+        else:
+            base_model = (op.payload or {}).get("base_model") or ""
+    return [
         UsageRecord(
             tenant_id=op.tenant_id,
             session_id=op.session_id,
@@ -79,7 +86,6 @@ def usage_record_for(op: Operation) -> list[UsageRecord]:
         for meter, quantity in counts.items()
         if quantity > 0
     ]
-    return usage_rows_write(rows)
 
 
 @transaction.atomic

@@ -289,26 +289,10 @@ def _payload(
 def operation_wait(op: Operation, deadline: float) -> Operation:
     """Wait until ``op`` finishes (woken by the worker's notice on PostgreSQL, else polling);
     past ``deadline`` (monotonic) it raises ``Timeout``: the operation still runs."""
-    fields = ["status", "result", "error", "error_category"]
-    event = notify.listener.register(op.pk) if notify.available() else None
-    pause = 0.005
-    try:
-        op.refresh_from_db(fields=fields)  # after registering: an early notice is not missed
-        while op.status not in Operation.FINISHED:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise Timeout(
-                    f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "
-                    f"(request {op.id} is still queued and will be metered when it runs)"
-                )
-            if event is not None:
-                event.wait(min(remaining, 1.0))
-                event.clear()
-            else:
-                time.sleep(min(remaining, pause))
-                pause = min(pause * 1.5, 0.1)
-            op.refresh_from_db(fields=fields)
-    finally:
-        if event is not None:
-            notify.listener.unregister(op.pk, event)
+    op = notify.wait_finished(op, deadline)
+    if op.status not in Operation.FINISHED:
+        raise Timeout(
+            f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "
+            f"(request {op.id} is still queued and will be metered when it runs)"
+        )
     return op

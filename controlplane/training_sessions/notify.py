@@ -1,35 +1,35 @@
 """Wake long polls the moment an operation finishes, without polling the database; hear IAM
 changes made by other processes (``controlplane.iam.credential_cache``).
 
-On PostgreSQL the worker sends ``NOTIFY loopwright_ops, '<request id>'`` in the transaction that
-completes the operation (delivered on commit); one listener thread per control-plane process
-wakes the requests waiting for it. Elsewhere (SQLite) waiters fall back to polling.
+On PostgreSQL a trigger on the operations table (migration 0006) sends
+``NOTIFY loopwright_ops`` whenever an operation becomes done or failed, delivered at the commit
+that finished it. The notice is a JSON object: the request id and, when it fits in a notice
+(under 8,000 bytes), the operation's status, result, error and category, so the waiting request
+answers without reading the row again. One listener thread per control-plane process wakes the
+requests waiting for it. Elsewhere (SQLite) waiters poll.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from collections import defaultdict
 
 from django.conf import settings
-from django.db import connection
+
+from .models import Operation
 
 log = logging.getLogger(__name__)
 CHANNEL = "loopwright_ops"
+_FIELDS = ["status", "result", "error", "error_category"]
 
 
 def available() -> bool:
     return settings.NOTIFY_ON_COMPLETION and settings.DATABASES["default"]["ENGINE"].endswith(
         "postgresql"
     )
-
-
-def send(request_id: str) -> None:
-    """Announce that ``request_id`` finished; call inside the completing transaction."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_notify(%s, %s)", [CHANNEL, request_id])
 
 
 def connect_params() -> dict:
@@ -45,21 +45,50 @@ def connect_params() -> dict:
     return {k: v for k, v in params.items() if v}
 
 
+def parse_notice(payload: str) -> tuple[str, dict | None]:
+    """The request id a notice names and, if it carries it, the finished operation's state."""
+    if not payload.startswith("{"):
+        return payload, None  # a bare request id
+    note = json.loads(payload)
+    state = None
+    if note.get("status") in Operation.FINISHED:
+        state = {
+            "status": note["status"],
+            "result": note.get("result"),
+            "error": note.get("error") or "",
+            "error_category": note.get("category") or "",
+        }
+    return note["id"], state
+
+
+class Waiter:
+    """One request waiting for an operation: woken by its notice, holding the state it carried."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.state: dict | None = None
+
+    def wake(self, state: dict | None) -> None:
+        if state is not None:
+            self.state = state
+        self.event.set()
+
+
 class _Listener:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._waiting: dict[str, list[threading.Event]] = defaultdict(list)
+        self._waiting: dict[str, list[Waiter]] = defaultdict(list)
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stopping = threading.Event()
 
-    def register(self, request_id: str) -> threading.Event:
-        event = threading.Event()
+    def register(self, request_id: str) -> Waiter:
+        waiter = Waiter()
         with self._lock:
-            self._waiting[request_id].append(event)
+            self._waiting[request_id].append(waiter)
             self._start()
         self._ready.wait(2.0)  # LISTEN is in place (or the waiter falls back to periodic looks)
-        return event
+        return waiter
 
     def ensure_listening(self) -> bool:
         """Start the listener if it is not running; whether LISTEN is in place now."""
@@ -86,13 +115,23 @@ class _Listener:
             return True
         return False
 
-    def unregister(self, request_id: str, event: threading.Event) -> None:
+    def unregister(self, request_id: str, waiter: Waiter) -> None:
         with self._lock:
-            events = self._waiting.get(request_id, [])
-            if event in events:
-                events.remove(event)
-            if not events:
+            waiters = self._waiting.get(request_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
+            if not waiters:
                 self._waiting.pop(request_id, None)
+
+    def _deliver(self, payload: str) -> None:
+        try:
+            request_id, state = parse_notice(payload)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignored a malformed operation notice: %.200s", payload)
+            return
+        with self._lock:
+            for waiter in self._waiting.get(request_id, ()):
+                waiter.wake(state)
 
     def _run(self) -> None:
         import psycopg
@@ -109,10 +148,8 @@ class _Listener:
                     for note in conn.notifies(timeout=1.0):
                         if note.channel == credential_cache.CHANNEL:
                             credential_cache.cache.clear()
-                            continue
-                        with self._lock:
-                            for event in self._waiting.get(note.payload, ()):
-                                event.set()
+                        else:
+                            self._deliver(note.payload)
         except Exception:  # waiters fall back to polling; the next register starts a new thread
             log.exception("operation listener stopped")
         finally:
@@ -121,3 +158,43 @@ class _Listener:
 
 
 listener = _Listener()
+
+
+def wait_finished(op: Operation, deadline: float) -> Operation:
+    """``op`` once it has finished, or as it stands at ``deadline`` (monotonic).
+
+    Woken by the operation's notice where there is one (with the finished state in it, the row
+    is not read again); else it looks at the row, tightly at first, then backing off.
+    """
+    if not available():
+        return _wait_polling(op, deadline)
+    waiter = listener.register(op.pk)
+    try:
+        # Look again now that we listen: a notice sent before registering is not missed.
+        op.refresh_from_db(fields=_FIELDS)
+        while op.status not in Operation.FINISHED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            waiter.event.wait(min(remaining, 1.0))
+            waiter.event.clear()
+            if waiter.state is not None:
+                for name, value in waiter.state.items():
+                    setattr(op, name, value)
+            else:  # woken without the state (too large for a notice), or a periodic look
+                op.refresh_from_db(fields=_FIELDS)
+    finally:
+        listener.unregister(op.pk, waiter)
+    return op
+
+
+def _wait_polling(op: Operation, deadline: float) -> Operation:
+    started = time.monotonic()
+    pause = 0.001
+    while op.status not in Operation.FINISHED and time.monotonic() < deadline:
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        # Poll tightly while short operations usually finish, then back off.
+        if time.monotonic() - started > 0.1:
+            pause = min(pause * 1.5, 0.05)
+        op.refresh_from_db(fields=_FIELDS)
+    return op

@@ -6,6 +6,7 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.audit.services import audited_transaction
 from controlplane.iam.resources import sampler_arn
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
@@ -39,14 +40,15 @@ def asample(request: Request) -> Response:
             "sampling_session_id is required (create a sampling session first)",
             field="sampling_session_id",
         )
-    allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
-    op = submit.sample_submit(
-        tenant=tenant_of(request),
-        sampling_session_id=req.sampling_session_id,
-        seq_id=req.seq_id,
-        payload=payload,
-    )
+    with audited_transaction():  # the audit row and the operation: one commit
+        allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
+        op = submit.sample_submit(
+            tenant=tenant_of(request),
+            sampling_session_id=req.sampling_session_id,
+            seq_id=req.seq_id,
+            payload=payload,
+        )
     return future(op)
 
 

@@ -10,6 +10,7 @@ from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.audit.services import audited_transaction
 from controlplane.iam.resources import model_arn
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation
@@ -36,10 +37,12 @@ def sequenced(kind: str):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
             try:
-                body = request.data if isinstance(request.data, dict) else {}
-                model_id = body.get("model_id")
-                allow(request, ACTIONS[kind], model_arn(tenant_of(request), str(model_id or "*")))
-                return view(request, *args, **kwargs)
+                with audited_transaction():  # the audit row and the operation: one commit
+                    body = request.data if isinstance(request.data, dict) else {}
+                    model_id = body.get("model_id")
+                    resource = model_arn(tenant_of(request), str(model_id or "*"))
+                    allow(request, ACTIONS[kind], resource)
+                    return view(request, *args, **kwargs)
             except (SessionError, ValidationError, ParseError) as exc:
                 body = request.data if isinstance(request.data, dict) else {}
                 submit.training_reject(

@@ -9,19 +9,21 @@ operation's effects (model ready, checkpoint recorded, sampler opened, model unl
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
-from controlplane.metering.services import usage_record_for
+from controlplane.metering.rollup import usage_write_ctes
+from controlplane.metering.services import usage_record_for, usage_rows_for
 from controlplane.registry.services import package_register
 from controlplane.storage import manifest_digest
 
-from .. import notify
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
 from .sessions import session_finish_if_unloaded
 
@@ -40,6 +42,44 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
         .select_related("model")
         .order_by("created_at")
     )
+
+
+def claim_next_training(*, worker: Worker, skip: Collection[str] = ()) -> Operation | None:
+    """The oldest runnable training operation on the worker (its model's ``next_seq``), of a
+    model not in ``skip``, claimed; None when there is none. On PostgreSQL the look and the
+    claim are one statement."""
+    if connection.vendor == "postgresql":
+        return _claim_next_in_one_statement(worker, skip)
+    for op in next_training_ops(worker=worker):
+        if op.model_id not in skip and claim(op):
+            return op
+    return None
+
+
+def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Operation | None:
+    # The pick locks its row and re-checks it is still pending (another transaction may have
+    # just failed it, say a stop), going on to the next one if not: nothing runnable is missed.
+    ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
+    columns = ", ".join(f.column for f in Operation._meta.concrete_fields)
+    skipping = ""
+    if skip:
+        skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
+    now = timezone.now()
+    sql = f"""
+        UPDATE {ops} SET status = %s, started_at = %s
+        WHERE id = (
+            SELECT o.id FROM {ops} o JOIN {models} m ON m.id = o.model_id
+            WHERE o.worker_id = %s AND o.status = %s AND o.seq_id = m.next_seq {skipping}
+            ORDER BY o.created_at LIMIT 1
+            FOR UPDATE OF o SKIP LOCKED
+        ) AND status = %s
+        RETURNING {columns}
+    """
+    pending = Operation.Status.PENDING
+    params = [Operation.Status.RUNNING, now, worker.pk, pending, *skip, pending]
+    with _unflushed():
+        claimed = list(Operation.objects.raw(sql, params))
+    return claimed[0] if claimed else None
 
 
 def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
@@ -79,7 +119,11 @@ def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
 
 @transaction.atomic
 def _record_missing(model: TrainingModel) -> None:
+    # Under the model's row lock, as every insert of a model's operation (submit relies on it).
+    model = TrainingModel.objects.select_for_update().get(pk=model.pk)
     seq = model.next_seq
+    if Operation.objects.filter(model=model, seq_id=seq).exists():
+        return  # it arrived after all
     op = Operation.objects.create(
         tenant_id=model.tenant_id,
         session_id=model.session_id,
@@ -105,6 +149,42 @@ def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
     )
 
 
+def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
+    """Up to ``limit`` of the worker's pending samples, oldest first, claimed (on PostgreSQL in
+    one statement)."""
+    if connection.vendor != "postgresql":
+        return [op for op in pending_samples(worker=worker, limit=limit) if claim(op)]
+    ops = Operation._meta.db_table
+    columns = ", ".join(f.column for f in Operation._meta.concrete_fields)
+    # the pick is materialized: evaluated once, so never more than ``limit`` rows
+    sql = f"""
+        WITH picked AS MATERIALIZED (
+            SELECT id FROM {ops} WHERE worker_id = %s AND status = %s AND kind = %s
+            ORDER BY created_at LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE {ops} o SET status = %s, started_at = %s FROM picked
+        WHERE o.id = picked.id
+        RETURNING {", ".join("o." + c for c in columns.split(", "))}
+    """
+    pending = Operation.Status.PENDING
+    params = [
+        worker.pk,
+        pending,
+        Operation.Kind.SAMPLE,
+        limit,
+        Operation.Status.RUNNING,
+        timezone.now(),
+    ]
+    with _unflushed():
+        claimed = list(Operation.objects.raw(sql, params))
+    return sorted(claimed, key=lambda op: op.created_at)
+
+
+def has_pending(*, worker: Worker) -> bool:
+    return Operation.objects.filter(worker=worker, status=Operation.Status.PENDING).exists()
+
+
 def has_waiting_work(*, worker: Worker, older_than_seconds: float = 2.0) -> bool:
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     return Operation.objects.filter(
@@ -112,30 +192,105 @@ def has_waiting_work(*, worker: Worker, older_than_seconds: float = 2.0) -> bool
     ).exists()
 
 
+@contextmanager
+def _unflushed() -> Iterator[None]:
+    """A transaction whose commit does not wait for the disk: for claims. The completion's
+    durable commit flushes the claim with it; should the database lose a claim in a crash
+    before that, the completion fails too and the worker fails the model (``model_lost``)
+    rather than run the operation again on an adapter that already took it."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
 def claim(op: Operation) -> bool:
     now = timezone.now()
-    won = Operation.objects.filter(pk=op.pk, status=Operation.Status.PENDING).update(
-        status=Operation.Status.RUNNING, started_at=now
-    )
+    with _unflushed():
+        won = Operation.objects.filter(pk=op.pk, status=Operation.Status.PENDING).update(
+            status=Operation.Status.RUNNING, started_at=now
+        )
     if won:
         op.status, op.started_at = Operation.Status.RUNNING, now
     return bool(won)
 
 
-@transaction.atomic
+# kinds whose completion changes nothing but the operation, its model's next_seq and usage
+_PLAIN_KINDS = frozenset(
+    {
+        Operation.Kind.FORWARD,
+        Operation.Kind.FORWARD_BACKWARD,
+        Operation.Kind.OPTIM_STEP,
+        Operation.Kind.LOAD_WEIGHTS,
+        Operation.Kind.SAMPLE,
+    }
+)
+
+
 def complete(op: Operation, result: dict) -> None:
+    """Record the result, advance the model's sequence, apply the operation's effects and its
+    usage, all at once (the trigger on the table then wakes whoever waits for it)."""
     now = timezone.now()
+    if connection.vendor == "postgresql" and op.kind in _PLAIN_KINDS:
+        _complete_in_one_statement(op, result, now)
+    else:
+        _complete(op, result, now)
+
+
+@transaction.atomic
+def _complete(op: Operation, result: dict, now: datetime) -> None:
     updated = Operation.objects.filter(pk=op.pk, status=Operation.Status.RUNNING).update(
         status=Operation.Status.DONE, result=result, finished_at=now
     )
     if not updated:
-        log.warning("operation %s was no longer running; result dropped", op.pk)
+        _not_running(op)
         return
     op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     _advance(op)
     _apply_effects(op, result)
     usage_record_for(op)  # the tokens it processed, committed with its completion
-    notify.send(op.pk)
+
+
+def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> None:
+    """The same as ``_complete`` for a kind without effects, as one statement (so one round
+    trip, atomic by itself): the result, next_seq and the usage rows with their day's totals."""
+    before = op.status, op.result, op.finished_at
+    op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
+    usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
+    ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
+    sql = f"""
+        WITH done AS (
+            UPDATE {ops} SET status = %s, result = %s, finished_at = %s
+            WHERE id = %s AND status = %s
+            RETURNING model_id, seq_id
+        ), advanced AS (
+            UPDATE {models} m SET next_seq = done.seq_id + 1 FROM done
+            WHERE m.id = done.model_id AND m.next_seq = done.seq_id
+            RETURNING m.id
+        ){"," if usage_ctes else ""} {usage_ctes}
+        SELECT count(*) FROM done
+    """
+    result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
+    params = [Operation.Status.DONE, result_db, now, op.pk, Operation.Status.RUNNING]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params + usage_params)
+        (updated,) = cursor.fetchone()
+    if not updated:
+        op.status, op.result, op.finished_at = before
+        _not_running(op)
+
+
+class ClaimLost(Exception):
+    """An operation that ran is pending again: the database lost its claim (it crashed before
+    the claim reached the disk). Running it again would apply it twice to its model."""
+
+
+def _not_running(op: Operation) -> None:
+    status = Operation.objects.filter(pk=op.pk).values_list("status", flat=True).first()
+    if status == Operation.Status.PENDING:
+        raise ClaimLost(f"operation {op.pk} ran, but the database has it pending again")
+    log.warning("operation %s was no longer running (%s); result dropped", op.pk, status)
 
 
 @transaction.atomic
@@ -151,7 +306,6 @@ def fail(op: Operation, error: str, category: str) -> None:
     if not updated:
         return
     _advance(op)
-    notify.send(op.pk)
     if op.kind == Operation.Kind.CREATE_MODEL:
         TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.FAILED)
     elif op.kind == Operation.Kind.UNLOAD_MODEL:
@@ -238,12 +392,23 @@ def recover_worker(*, worker: Worker) -> int:
         fail(op, "the worker restarted while running this operation; retry it", "server")
     lost = TrainingModel.objects.filter(worker=worker, state__in=TrainingModel.LIVE_STATES)
     for model in lost:
-        pending = model.operations.filter(status=Operation.Status.PENDING)
-        for op in pending:
-            fail(
-                op,
-                f"model {model.id} was lost when its worker restarted; resume from a saved state",
-                "server",
-            )
-    lost.update(state=TrainingModel.State.FAILED)
+        _fail_model(model, f"model {model.id} was lost when its worker restarted")
     return len(running)
+
+
+@transaction.atomic
+def model_lost(*, model_id: str, why: str) -> None:
+    """The worker's state of a model no longer matches the database (an operation ran but its
+    completion could not be recorded): fail the model and whatever it has not finished."""
+    model = TrainingModel.objects.select_for_update().filter(pk=model_id).first()
+    if model is not None:
+        _fail_model(model, f"model {model.id} was lost: {why}")
+
+
+def _fail_model(model: TrainingModel, reason: str) -> None:
+    unfinished = model.operations.filter(
+        status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
+    )
+    for op in unfinished:
+        fail(op, f"{reason}; resume from a saved state", "server")
+    TrainingModel.objects.filter(pk=model.pk).update(state=TrainingModel.State.FAILED)

@@ -15,7 +15,6 @@ from controlplane import dispatch
 from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Network, NoWorkerAvailable, worker_place
 
-from .. import notify
 from ..models import Operation, Session, TrainingModel
 
 log = logging.getLogger(__name__)
@@ -132,8 +131,6 @@ def model_end_waiting(model: TrainingModel) -> None:
         error_category="user",
         finished_at=timezone.now(),
     )
-    for request_id in pending:
-        notify.send(request_id)
     model.state = TrainingModel.State.UNLOADED
     model.placement = TrainingModel.Placement.NEVER_PLACED
     model.status_reason = f"ended while {reason}"

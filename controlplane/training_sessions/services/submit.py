@@ -11,7 +11,7 @@ import hashlib
 import json
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 from django.utils import timezone
 
 from controlplane import dispatch
@@ -79,8 +79,9 @@ def _create_op(
         return _existing_or_conflict(
             Operation.objects.get(**lookup), fields["payload_digest"], what
         )
-    if op.worker is not None:  # else it waits with its model, and goes when the model is placed
-        dispatch.wake_worker(op.worker.queue)
+    if op.worker is not None and op.status == Operation.Status.PENDING:
+        # else it waits with its model, and goes when the model is placed
+        dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
 
 
@@ -187,20 +188,27 @@ def training_submit(
     payload: dict,
     plan: dict | None = None,
 ) -> Operation:
-    try:
-        model = (
-            TrainingModel.objects.select_for_update(of=("self",))
-            .select_related("session", "worker")
-            .get(tenant=tenant, id=model_id)
+    """Insert the operation under the model's row lock, in as few statements as it takes: the
+    lock, the look for an earlier request with this ``seq_id`` and the model's state in one
+    query, then the insert (whose trigger wakes the worker on PostgreSQL)."""
+    models = TrainingModel.objects.select_for_update(of=("self",)).select_related(
+        "session", "worker"
+    )
+    if seq_id is not None:
+        same = Operation.objects.filter(model=OuterRef("pk"), seq_id=seq_id)
+        models = models.annotate(
+            existing_id=Subquery(same.values("id")[:1]),
+            existing_digest=Subquery(same.values("payload_digest")[:1]),
         )
+    try:
+        model = models.get(tenant=tenant, id=model_id)
     except TrainingModel.DoesNotExist:
         raise NotFound(f"model {model_id!r} not found", field="model_id") from None
     payload_digest = digest(payload)  # JSON-encodes the whole request: once
-    existing = None
-    if seq_id is not None:
-        existing = Operation.objects.filter(model=model, seq_id=seq_id).first()
-        if existing is not None and existing.payload_digest == payload_digest:
-            return existing  # a retry: same answer whatever state the session is in now
+    existing_id = getattr(model, "existing_id", None)
+    if existing_id is not None and model.existing_digest == payload_digest:
+        # a retry: same answer whatever state the session is in now
+        return Operation.objects.select_related("worker").get(pk=existing_id)
     _require_ready(model)
     if kind in TOKEN_KINDS:
         token_budget_check(tenant=tenant)
@@ -213,21 +221,34 @@ def training_submit(
         raise Conflict(
             f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id"
         )
-    plan = {"adapter": model.id, **(plan(model) if callable(plan) else plan or {})}
+    plan = {
+        "adapter": model.id,
+        "base_model": model.base_model,
+        **(plan(model) if callable(plan) else plan or {}),
+    }
+    if existing_id is not None:
+        raise Conflict(
+            f"seq_id {seq_id} of model {model.id} was already used by a different request "
+            f"({existing_id})",
+            field="seq_id",
+        )
     _touch(model)
-    return _create_op(
-        {"model": model, "seq_id": seq_id},
-        f"seq_id {seq_id} of model {model.id}",
-        existing=existing,
-        checked=True,
+    # Every insert of a model's operation holds the model's row lock, so no other can take this
+    # seq_id between the look above and this insert: no savepoint is needed around it.
+    op = Operation.objects.create(
         tenant=tenant,
         session=model.session,
+        model=model,
         worker=model.worker,
+        seq_id=seq_id,
         kind=kind,
         payload=payload,
         payload_digest=payload_digest,
         plan=plan,
     )
+    if op.worker is not None:  # else it waits with its model, and goes when the model is placed
+        dispatch.wake_worker(op.worker.queue, inserted=True)
+    return op
 
 
 def training_reject(
@@ -242,27 +263,31 @@ def training_reject(
         or seq_id < 1
     ):
         return
-    model = TrainingModel.objects.filter(tenant=tenant, id=model_id).first()
-    if model is None or seq_id < model.next_seq or model.operations.filter(seq_id=seq_id).exists():
-        return
-    try:
-        with transaction.atomic():
-            Operation.objects.create(
-                tenant=tenant,
-                session_id=model.session_id,
-                model=model,
-                worker_id=model.worker_id,
-                seq_id=seq_id,
-                kind=kind,
-                payload={},
-                payload_digest="",
-                status=Operation.Status.FAILED,
-                error=error[:10000],
-                error_category="user",
-                finished_at=timezone.now(),
-            )
-    except IntegrityError:
-        return
+    with transaction.atomic():
+        model = (
+            TrainingModel.objects.select_for_update(of=("self",))
+            .select_related("worker")
+            .filter(tenant=tenant, id=model_id)
+            .first()
+        )
+        if model is None or seq_id < model.next_seq:
+            return
+        if model.operations.filter(seq_id=seq_id).exists():
+            return
+        Operation.objects.create(
+            tenant=tenant,
+            session_id=model.session_id,
+            model=model,
+            worker_id=model.worker_id,
+            seq_id=seq_id,
+            kind=kind,
+            payload={},
+            payload_digest="",
+            status=Operation.Status.FAILED,
+            error=error[:10000],
+            error_category="user",
+            finished_at=timezone.now(),
+        )
     if model.worker is not None:
         dispatch.wake_worker(model.worker.queue)
 
@@ -340,6 +365,12 @@ def _sampler_worker(base_model: str, network: Network, prefer=None):
 
 
 def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
+    """What the worker needs to sample: the adapter (none: the base model), where its saved
+    weights are, and the base model (which the usage rows name)."""
+    return {"base_model": sampler.base_model, **_sampler_weights(sampler, tenant)}
+
+
+def _sampler_weights(sampler: SamplingSession, tenant: Tenant) -> dict:
     if sampler.live_model_id:
         return {"adapter": sampler.live_model_id}
     if sampler.storage_path:
@@ -381,7 +412,7 @@ def sample_submit(
     )
     if seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
-        dispatch.wake_worker(op.worker.queue)
+        dispatch.wake_worker(op.worker.queue, inserted=True)
         return op
     return _create_op(lookup, f"seq_id {seq_id} of sampler {sampler.id}", **fields)
 

@@ -1,0 +1,225 @@
+"""The hot path in few statements: on PostgreSQL the operations table notifies by itself (the
+worker on insert, waiters on completion, with the finished state in the notice), the worker
+claims with one statement and completes a plain operation with one statement that also writes
+its usage and day totals, which must equal what the general path and a rebuild compute."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+import pytest
+from django.db import connection
+from django.db.models import Sum
+
+from controlplane.metering.models import UsageDaily, UsageRecord
+from controlplane.metering.rollup import daily_rebuild
+from controlplane.training_sessions import notify
+from controlplane.training_sessions.models import Operation, TrainingModel
+from controlplane.training_sessions.services import execution
+
+from .conftest import TINY
+from .wire import create_model, datum, fwdbwd, open_session, result
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("the triggers and one-statement paths are PostgreSQL's")
+
+
+def _listening(*channels: str) -> psycopg.Connection:
+    conn = psycopg.connect(autocommit=True, **notify.connect_params())
+    for channel in channels:
+        conn.execute(f"LISTEN {channel}")
+    return conn
+
+
+def _notices(conn: psycopg.Connection, timeout: float = 2.0) -> list[tuple[str, str]]:
+    return [(n.channel, n.payload) for n in conn.notifies(timeout=timeout, stop_after=50)]
+
+
+def test_a_submit_wakes_its_worker_and_a_completion_carries_its_state(
+    postgres, alice, charlie, runtime
+) -> None:
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    with _listening("loopwright_wake", notify.CHANNEL) as conn:
+        r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3, 4])]))
+        assert r.status_code == 200, r.content
+        request_id = r.json()["request_id"]
+        assert ("loopwright_wake", runtime.worker.queue) in _notices(conn, 1.0)
+        runtime.drain()
+        notes = [p for c, p in _notices(conn) if c == notify.CHANNEL]
+    op = Operation.objects.get(pk=request_id)
+    mine = [notify.parse_notice(p) for p in notes if json.loads(p)["id"] == request_id]
+    assert mine == [
+        (request_id, {"status": "done", "result": op.result, "error": "", "error_category": ""})
+    ]
+    # the waiter answers from the notice: the same body as reading the row
+    assert result(alice, runtime, {"request_id": request_id}) == {
+        k: v for k, v in op.result.items() if not k.startswith("_")
+    }
+    assert charlie.post("retrieve_future", {"request_id": request_id}).status_code == 404
+
+
+def test_a_failure_notice_names_the_error_and_a_large_result_only_the_id(
+    postgres, alice, runtime
+) -> None:
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    long = list(range(1, 255)) * 2  # ~500 tokens: a result over a notice's 8,000 bytes
+    with _listening(notify.CHANNEL) as conn:
+        bad = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 300])]))
+        forward_input = {"data": [datum(long)], "loss_fn": "cross_entropy"}
+        big = alice.post(
+            "forward", {"model_id": model_id, "seq_id": 2, "forward_input": forward_input}
+        )
+        assert big.status_code == 200, big.content
+        runtime.drain()
+        notes = dict(notify.parse_notice(p) for c, p in _notices(conn))
+    failed = Operation.objects.get(pk=bad.json()["request_id"])
+    assert failed.status == "failed"
+    assert notes[failed.pk] == {
+        "status": "failed",
+        "result": None,
+        "error": failed.error,
+        "error_category": "user",
+    }
+    done = Operation.objects.get(pk=big.json()["request_id"])
+    assert done.status == "done"
+    assert notes[done.pk] is None  # too large to carry: the waiter reads the row
+    body = result(alice, runtime, {"request_id": done.pk})
+    assert len(body["loss_fn_outputs"][0]["logprobs"]["data"]) == len(long)
+
+
+def test_the_claim_takes_each_models_next_operation_oldest_first(postgres, alice, runtime) -> None:
+    session = open_session(alice)
+    a = create_model(alice, runtime, session, seq=0)
+    b = create_model(alice, runtime, session, seq=1)
+    for model_id, seq in ((a, 2), (b, 1), (a, 1)):  # a's seq 2 waits for its seq 1
+        r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
+        assert r.status_code == 200, r.content
+    first = execution.claim_next_training(worker=runtime.worker)
+    assert (first.model_id, first.seq_id, first.status) == (b, 1, "running")
+    assert Operation.objects.get(pk=first.pk).status == "running"
+    second = execution.claim_next_training(worker=runtime.worker, skip=[b])
+    assert (second.model_id, second.seq_id) == (a, 1)
+    # a's seq 2 is not runnable until seq 1 completes, b has nothing left
+    assert execution.claim_next_training(worker=runtime.worker) is None
+    execution.complete(second, {"loss_fn_outputs": [], "metrics": {}})
+    assert execution.claim_next_training(worker=runtime.worker, skip=[a]) is None
+    third = execution.claim_next_training(worker=runtime.worker)
+    assert (third.model_id, third.seq_id) == (a, 2)
+
+
+def test_one_statement_completion_meters_as_the_general_path(postgres, alice, runtime) -> None:
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    sizes = [3, 5, 8, 13]
+    for seq, n in enumerate(sizes, start=1):
+        r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum(list(range(1, n + 1)))]))
+        assert r.status_code == 200, r.content
+    op = execution.claim_next_training(worker=runtime.worker)
+    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}})
+    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}})  # again: nothing more
+    runtime.drain()
+    ops = Operation.objects.filter(model_id=model_id, kind="forward_backward").order_by("seq_id")
+    assert [o.status for o in ops] == ["done"] * len(sizes)
+    assert Operation.objects.get(pk=op.pk).result == {"loss_fn_outputs": [], "metrics": {}}
+    rows = UsageRecord.objects.filter(model_id=model_id, meter="train_tokens")
+    assert sorted(rows.values_list("quantity", flat=True)) == sizes
+    assert rows.filter(operation_id=op.pk).count() == 1
+    assert rows.first().base_model == runtime.settings.base_model
+    written = dict(UsageDaily.objects.values_list("meter").annotate(q=Sum("quantity")))
+    daily_rebuild()  # the totals recomputed from the rows, independently
+    rebuilt = dict(UsageDaily.objects.values_list("meter").annotate(q=Sum("quantity")))
+    assert written == rebuilt
+    assert written["train_tokens"] == sum(sizes)
+
+
+def test_a_result_the_database_could_not_take_fails_the_model(alice, runtime, monkeypatch) -> None:
+    """The engine ran the step but its completion was not recorded (the database went away):
+    the step must not run again on an adapter that already took it; the model is failed, with
+    everything it had not finished, once the database answers, and the session stays usable."""
+    from django.db import OperationalError
+
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    first = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
+    later = alice.post("optim_step", {"model_id": model_id, "seq_id": 2, "adam_params": {}}).json()
+    real = execution.complete
+
+    def lost_connection(op, result):
+        monkeypatch.setattr(execution, "complete", real)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "complete", lost_connection)
+    with pytest.raises(OperationalError):
+        runtime.drain()
+    assert Operation.objects.get(pk=first["request_id"]).status == "running"
+    runtime.drain()  # the database answers again
+    for fut in (first, later):
+        body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
+        assert body["category"] == "server" and f"model {model_id} was lost" in body["error"]
+    assert TrainingModel.objects.get(pk=model_id).state == "failed"
+    assert not runtime.host.has_adapter(model_id)
+    other = create_model(alice, runtime, session, seq=1)
+    ok = alice.post("forward_backward", fwdbwd(other, 1, [datum([1, 2])])).json()
+    assert "metrics" in result(alice, runtime, ok)
+
+
+def test_samples_are_claimed_together_oldest_first(alice, runtime) -> None:
+    session = open_session(alice)
+    r = alice.post(
+        "create_sampling_session",
+        {"session_id": session, "sampling_session_seq_id": 0, "base_model": TINY},
+    )
+    assert r.status_code == 200, r.content
+    sampler = r.json()["sampling_session_id"]
+    prompt = {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}
+    ids = []
+    for seq in range(1, 6):
+        body = {
+            "sampling_session_id": sampler,
+            "seq_id": seq,
+            "num_samples": 1,
+            "prompt": prompt,
+            "sampling_params": {"max_tokens": 2, "seed": seq},
+        }
+        r = alice.post("asample", body)
+        assert r.status_code == 200, r.content
+        ids.append(r.json()["request_id"])
+    first = execution.claim_samples(worker=runtime.worker, limit=3)
+    assert [op.pk for op in first] == ids[:3]
+    assert all(op.status == "running" for op in first)
+    rest = execution.claim_samples(worker=runtime.worker, limit=10)
+    assert [op.pk for op in rest] == ids[3:]
+    assert execution.claim_samples(worker=runtime.worker, limit=10) == []
+
+
+def test_a_claim_the_database_lost_is_not_run_twice(alice, runtime, monkeypatch) -> None:
+    """The database crashed after the claim (committed without waiting for the disk) and came
+    back without it: the step that ran is pending again. Its completion notices, and the model
+    is failed rather than the step applied a second time."""
+    model_id = create_model(alice, runtime, open_session(alice))
+    fut = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
+    real = runtime._training
+    ran: list[str] = []
+
+    def crash_after_running(op):
+        outcome = real(op)
+        ran.append(op.pk)
+        Operation.objects.filter(pk=op.pk).update(status="pending", started_at=None)
+        return outcome
+
+    monkeypatch.setattr(runtime, "_training", crash_after_running)
+    with pytest.raises(execution.ClaimLost):
+        runtime.drain()
+    runtime.drain()
+    assert ran == [fut["request_id"]]  # ran once, never again
+    body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
+    assert body["category"] == "server" and f"model {model_id} was lost" in body["error"]
+    assert TrainingModel.objects.get(pk=model_id).state == "failed"
