@@ -178,7 +178,7 @@ def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) 
 
 
 # -- training operations ----------------------------------------------------------------------
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # inside the request's transaction: no savepoint needed
 def training_submit(
     *,
     tenant: Tenant,
