@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import transaction
 from transformers import PreTrainedTokenizerBase
 
 from controlplane.fleet.models import BaseModel
@@ -22,7 +23,7 @@ from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import checkpoint_arn, sampler_arn
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions import notify, selectors
-from controlplane.training_sessions.errors import NotActive, NotFound, Unavailable
+from controlplane.training_sessions.errors import Conflict, NotActive, NotFound, Unavailable
 from controlplane.training_sessions.models import (
     Operation,
     SamplingSession,
@@ -185,7 +186,13 @@ def _context_length(base_model: str) -> int:
 
 
 # -- completions --------------------------------------------------------------------------------
-def chat_complete(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Authorize) -> Completed:
+def chat_complete(
+    *,
+    tenant: Tenant,
+    req: ChatCompletionRequest,
+    authorize: Authorize,
+    idempotency_key: str | None = None,
+) -> Completed:
     sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = tokenizer_for(sampler.base_model)
     messages = [
@@ -197,10 +204,18 @@ def chat_complete(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Auth
         for m in req.messages
     ]
     prompt = rendering.render_chat(tokenizer, messages)
-    return _complete(tenant, sampler, tokenizer, [prompt], req, "messages", "chatcmpl")
+    return _complete(
+        tenant, sampler, tokenizer, [prompt], req, "messages", "chatcmpl", idempotency_key
+    )
 
 
-def text_complete(*, tenant: Tenant, req: CompletionRequest, authorize: Authorize) -> Completed:
+def text_complete(
+    *,
+    tenant: Tenant,
+    req: CompletionRequest,
+    authorize: Authorize,
+    idempotency_key: str | None = None,
+) -> Completed:
     sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = tokenizer_for(sampler.base_model)
     vocab = len(tokenizer)
@@ -212,7 +227,7 @@ def text_complete(*, tenant: Tenant, req: CompletionRequest, authorize: Authoriz
         if any(not 0 <= t < vocab for t in ids):
             raise RenderError(f"prompt[{i}]: token ids must be in [0, {vocab})", field="prompt")
         prompts.append(ids)
-    return _complete(tenant, sampler, tokenizer, prompts, req, "prompt", "cmpl")
+    return _complete(tenant, sampler, tokenizer, prompts, req, "prompt", "cmpl", idempotency_key)
 
 
 def _complete(
@@ -223,16 +238,11 @@ def _complete(
     req: ChatCompletionRequest | CompletionRequest,
     prompt_param: str,
     id_prefix: str,
+    idempotency_key: str | None,
 ) -> Completed:
     context = _context_length(sampler.base_model)
     payloads = [_payload(p, req, context, prompt_param) for p in prompts]
-    # Submitted together, so the worker batches them; each is one sample operation, metered alone.
-    ops = [
-        submit.sample_submit(
-            tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
-        )
-        for payload in payloads
-    ]
+    ops = _submitted(tenant, sampler, payloads, req.model, idempotency_key)
     deadline = time.monotonic() + settings.OPENAI_WAIT_SECONDS
     for op in ops:
         operation_wait(op, deadline)
@@ -251,6 +261,53 @@ def _complete(
         completion_tokens=sum(c.sampled_tokens for c in choices),
         tokenizer=tokenizer,
     )
+
+
+def _submitted(
+    tenant: Tenant,
+    sampler: SamplingSession,
+    payloads: list[dict],
+    model: str,
+    idempotency_key: str | None,
+) -> list[Operation]:
+    """One sample operation per prompt, submitted together so that the worker batches them
+    (each is metered alone). With an ``idempotency_key``, a retry of the same request gets the
+    same operations back (nothing runs or is metered again); the key with another request, or
+    with another number of prompts, is a 409."""
+    if idempotency_key is None:
+        return [
+            submit.sample_submit(
+                tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
+            )
+            for payload in payloads
+        ]
+    keys = [f"{idempotency_key}#{i}/{len(payloads)}" for i in range(len(payloads))]
+    reused = Conflict(
+        f"Idempotency-Key {idempotency_key!r} was already used by a different request",
+        field="Idempotency-Key",
+    )
+    with transaction.atomic():
+        earlier = set(
+            Operation.objects.filter(
+                tenant=tenant, idempotency_key__startswith=f"{idempotency_key}#"
+            ).values_list("idempotency_key", flat=True)
+        )
+        if earlier and earlier != set(keys):
+            raise reused
+        try:
+            return [
+                submit.sample_submit(
+                    tenant=tenant,
+                    sampling_session_id=sampler.id,
+                    seq_id=None,
+                    payload=payload,
+                    idempotency_key=key,
+                    request_digest=submit.digest({"model": model, "payload": payload}),
+                )
+                for key, payload in zip(keys, payloads, strict=True)
+            ]
+        except Conflict:
+            raise reused from None
 
 
 def _payload(

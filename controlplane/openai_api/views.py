@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.api.parsing import allow, parse, tenant_of
+from controlplane.errors import DomainError
 
 from . import errors, responses, selectors, services, sse
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -23,6 +24,22 @@ class OpenAIView(APIView):
 
 def _authorizer(request: Request) -> services.Authorize:
     return lambda action, resource: allow(request, action, resource)
+
+
+IDEMPOTENCY_KEY_LIMIT = 255
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The ``Idempotency-Key`` header: 1 to 255 visible ASCII characters, or absent."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not 0 < len(key) <= IDEMPOTENCY_KEY_LIMIT or not all(33 <= ord(c) <= 126 for c in key):
+        raise DomainError(
+            f"Idempotency-Key: 1 to {IDEMPOTENCY_KEY_LIMIT} visible ASCII characters",
+            field="Idempotency-Key",
+        )
+    return key
 
 
 def _streamed(chunks: Iterable[dict]) -> StreamingHttpResponse:
@@ -51,7 +68,10 @@ class ChatCompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         req = parse(request, ChatCompletionRequest)
         done = services.chat_complete(
-            tenant=tenant_of(request), req=req, authorize=_authorizer(request)
+            tenant=tenant_of(request),
+            req=req,
+            authorize=_authorizer(request),
+            idempotency_key=idempotency_key(request),
         )
         if req.stream:
             return _streamed(
@@ -66,7 +86,10 @@ class CompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         req = parse(request, CompletionRequest)
         done = services.text_complete(
-            tenant=tenant_of(request), req=req, authorize=_authorizer(request)
+            tenant=tenant_of(request),
+            req=req,
+            authorize=_authorizer(request),
+            idempotency_key=idempotency_key(request),
         )
         if req.stream:
             return _streamed(

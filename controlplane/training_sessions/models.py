@@ -189,9 +189,17 @@ class Operation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # a client's key for a request it may send again (the OpenAI endpoints' Idempotency-Key):
+    # the retry gets this operation back instead of a new one, and is not metered twice
+    idempotency_key = models.CharField(max_length=300, null=True, blank=True)
 
     class Meta:
         constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="uniq_op_idempotency_key",
+            ),
             models.UniqueConstraint(
                 fields=["model", "seq_id"],
                 condition=Q(model__isnull=False, seq_id__isnull=False),

@@ -316,3 +316,37 @@ def test_the_request_rate_is_a_429_with_retry_after(alice, world, monkeypatch) -
     r = v1(alice, "completions", {"model": world["model"], "prompt": "x"})
     err = error_of(r, 429, code="throttled")
     assert err["type"] == "requests" and r["Retry-After"] == "60"
+
+
+def test_a_retry_with_its_idempotency_key_runs_and_meters_once(alice, charlie, world) -> None:
+    body = {"model": world["model"], "prompt": ["ab", "cd"], "max_tokens": 3, "seed": 4}
+    key = {"HTTP_IDEMPOTENCY_KEY": "retry-7f3a"}
+    first = alice.client.post("/v1/completions", body, format="json", **key)
+    assert first.status_code == 200, first.content
+    again = alice.client.post("/v1/completions", body, format="json", **key)
+    assert again.status_code == 200, again.content
+    assert again.json() == first.json()  # the same operations' answer: same id, same text
+    ops = list(Operation.objects.filter(kind="sample").values_list("id", flat=True))
+    assert len(ops) == 2  # one per prompt, once
+    parsed = Completion.model_validate(first.json())
+    assert usage_of(ops)["prefill_tokens"] == parsed.usage.prompt_tokens == 4
+    # the key with another request, or another number of prompts: 409, nothing runs
+    other = alice.client.post(
+        "/v1/completions", {**body, "prompt": ["ab", "xy"]}, format="json", **key
+    )
+    err = error_of(other, 409, "Idempotency-Key")
+    assert err["message"] == "Idempotency-Key 'retry-7f3a' was already used by a different request"
+    fewer = alice.client.post("/v1/completions", {**body, "prompt": ["ab"]}, format="json", **key)
+    error_of(fewer, 409, "Idempotency-Key")
+    chat = {"model": world["model"], "messages": HI, "max_tokens": 2}
+    r = alice.client.post("/v1/chat/completions", chat, format="json", **key)
+    error_of(r, 409, "Idempotency-Key")
+    assert Operation.objects.filter(kind="sample").count() == 2
+    # keys are the tenant's own: charlie's same key is his, and alice's model is not his
+    r = charlie.client.post("/v1/completions", body, format="json", **key)
+    error_of(r, 404, "model")
+    # without a key every request runs; a bad key names the header
+    assert alice.client.post("/v1/completions", body, format="json").status_code == 200
+    assert Operation.objects.filter(kind="sample").count() == 4
+    bad = alice.client.post("/v1/completions", body, format="json", HTTP_IDEMPOTENCY_KEY="x" * 256)
+    assert "255" in error_of(bad, 400, "Idempotency-Key")["message"]

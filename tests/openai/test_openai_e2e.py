@@ -104,6 +104,24 @@ def test_chat_multi_turn_on_a_training_model_is_metered_as_reported(stack, train
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
+def test_a_retried_request_with_an_idempotency_key_is_answered_and_metered_once(
+    stack, trained
+) -> None:
+    before = metered(stack, trained["session"])
+    ask = dict(model=trained["model"], messages=CHAT, max_tokens=6, temperature=1.0)
+    key = {"Idempotency-Key": f"e2e-{trained['session']}"}
+    first = client(stack).chat.completions.create(**ask, extra_headers=key)
+    again = client(stack).chat.completions.create(**ask, extra_headers=key)
+    assert again.id == first.id
+    assert again.choices[0].message.content == first.choices[0].message.content
+    after = metered(stack, trained["session"])
+    assert (
+        after["sampled_tokens"] - before.get("sampled_tokens", 0) == first.usage.completion_tokens
+    )
+    with pytest.raises(openai.ConflictError):
+        client(stack).chat.completions.create(**{**ask, "max_tokens": 5}, extra_headers=key)
+
+
 def test_completion_with_n_samples_on_a_checkpoint_path(stack, trained) -> None:
     r = client(stack).completions.create(
         model=trained["path"], prompt="2+2=", max_tokens=6, n=3, seed=7, temperature=1.0

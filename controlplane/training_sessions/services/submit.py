@@ -386,16 +386,30 @@ def _sampler_weights(sampler: SamplingSession, tenant: Tenant) -> dict:
 
 @transaction.atomic
 def sample_submit(
-    *, tenant: Tenant, sampling_session_id: str, seq_id: int | None, payload: dict
+    *,
+    tenant: Tenant,
+    sampling_session_id: str,
+    seq_id: int | None,
+    payload: dict,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
 ) -> Operation:
+    """A sample request. A retry (the same ``seq_id`` of the sampler, or the same
+    ``idempotency_key`` in the tenant) gets its operation back, whatever the session's state
+    now; the same key or ``seq_id`` with another request (``request_digest``, by default the
+    payload's) is a 409."""
     sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
-    lookup = {"sampling_session": sampler, "seq_id": seq_id if seq_id is not None else None}
-    if seq_id is not None:
+    request_digest = request_digest or digest(payload)
+    if idempotency_key is not None:
+        lookup: dict = {"tenant": tenant, "idempotency_key": idempotency_key}
+        what = f"Idempotency-Key {idempotency_key!r}"
+    else:
+        lookup = {"sampling_session": sampler, "seq_id": seq_id}
+        what = f"seq_id {seq_id} of sampler {sampler.id}"
+    if idempotency_key is not None or seq_id is not None:
         existing = Operation.objects.filter(**lookup).first()
         if existing is not None:
-            return _existing_or_conflict(
-                existing, digest(payload), f"seq_id {seq_id} of sampler {sampler.id}"
-            )
+            return _existing_or_conflict(existing, request_digest, what)
     _require_open(sampler.session)
     if sampler.live_model_id:
         _require_ready(sampler.live_model)
@@ -407,14 +421,17 @@ def sample_submit(
         worker=sampler.worker,
         kind=Operation.Kind.SAMPLE,
         payload=payload,
-        payload_digest=digest(payload),
+        payload_digest=request_digest,
         plan=sampler_plan(sampler, tenant=tenant),
     )
-    if seq_id is None:
+    if idempotency_key is None and seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
         dispatch.wake_worker(op.worker.queue, inserted=True)
         return op
-    return _create_op(lookup, f"seq_id {seq_id} of sampler {sampler.id}", **fields)
+    if idempotency_key is not None:
+        del fields["tenant"]  # in the lookup
+        fields.update(sampling_session=sampler, seq_id=seq_id)
+    return _create_op(lookup, what, checked=True, **fields)
 
 
 def new_sampler_id() -> str:
