@@ -25,6 +25,7 @@ from .context import allow, page
 from .formkit import Form
 
 MAX_RESOURCE = 1000
+MAX_CONTEXT = 4000
 
 
 @cache
@@ -55,6 +56,38 @@ class SimulatorForm(Form):
         max_length=MAX_RESOURCE,
         help_text="An ARN, or * for account-wide actions (the default).",
     )
+
+    context = forms.CharField(
+        label="Condition keys",
+        required=False,
+        max_length=MAX_CONTEXT,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=(
+            'A JSON object of condition keys and their values, e.g. {"loopwright:SourceIp": '
+            '"203.0.113.7", "loopwright:CurrentTime": "2026-12-01T09:00:00Z"}; they replace '
+            "what this page's own request supplies."
+        ),
+    )
+
+    def clean_context(self) -> dict:
+        text = self.cleaned_data["context"].strip()
+        if not text:
+            return {}
+        try:
+            values = json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"not JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise forms.ValidationError('a JSON object: {"key": value, …}')
+        for key, value in values.items():
+            if not 0 < len(key) <= 200:
+                raise forms.ValidationError("condition keys: 1 to 200 characters each")
+            items = value if isinstance(value, list) else [value]
+            if len(items) > 50 or not all(isinstance(v, str | int | float | bool) for v in items):
+                raise forms.ValidationError(
+                    f"{key}: a string, number or boolean, or a list of at most 50 of them"
+                )
+        return values
 
     def __init__(self, *args, principals, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -108,9 +141,9 @@ def simulator(request: HttpRequest) -> HttpResponse:
         data = form.cleaned_data
         who = _principal(request, data["principal"])
         resource = data["resource"].strip() or "*"
+        values = request_context(who) | data["context"]
         decision = evaluate(
-            who.policies(),
-            AccessRequest(data["action"], resource, who.arn, request_context(who)),
+            who.policies(), AccessRequest(data["action"], resource, who.arn, values)
         )
         spec = ACTIONS[data["action"]]
         result = {
@@ -118,6 +151,7 @@ def simulator(request: HttpRequest) -> HttpResponse:
             "action": spec,
             "resource": resource,
             "decision": decision,
+            "context": json.dumps(data["context"], indent=2) if data["context"] else "",
             "statement": _statement(who, decision),
             "policies": [name for name, _ in who.policies()],
             "arn_format": arn_format(request.tenant.account_id, spec.resource_type),

@@ -293,3 +293,37 @@ def test_bob_the_member_is_refused_what_members_may_not_do(alice, bob) -> None:
     assert bob.post(f"/iam/keys/{mine.prefix}/revoke").status_code == 302
     other, _ = api_key_create(tenant=alice.tenant, user=alice.user, name="alice ci")
     assert bob.post(f"/iam/keys/{other.prefix}/revoke").status_code == 403
+
+
+def test_simulator_takes_condition_keys(alice, bob) -> None:
+    from controlplane.iam.services import user_policy_put
+    from controlplane.tenants.selectors import membership_get
+
+    membership = membership_get(tenant=alice.tenant, username="bob@example.com")
+    office = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "OfficeOnly",
+                "Effect": "Deny",
+                "Action": "registry:*",
+                "Resource": "*",
+                "Condition": {"NotIpAddress": {"loopwright:SourceIp": "10.0.0.0/8"}},
+            }
+        ],
+    }
+    user_policy_put(membership=membership, name="office", document=office)
+    ask = {"principal": "user:bob@example.com", "action": "registry:ListModelPackageGroups"}
+    inside = alice.get("/iam/simulator", {**ask, "context": '{"loopwright:SourceIp": "10.1.2.3"}'})
+    assert inside.status_code == 200 and "Allowed" in inside.content.decode()
+    outside = alice.get(
+        "/iam/simulator", {**ask, "context": '{"loopwright:SourceIp": "203.0.113.7"}'}
+    ).content.decode()
+    assert "Denied" in outside and "OfficeOnly" in outside and "203.0.113.7" in outside
+    for bad, says in (
+        ("{not json", "not JSON"),
+        ('["a"]', "a JSON object"),
+        ('{"loopwright:SourceIp": {"a": 1}}', "loopwright:SourceIp: a string, number or boolean"),
+    ):
+        r = alice.get("/iam/simulator", {**ask, "context": bad})
+        assert r.status_code == 400 and says in r.content.decode(), bad
