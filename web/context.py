@@ -36,15 +36,35 @@ def principal_for(request: HttpRequest) -> Principal | None:
     return for_membership(membership)
 
 
+def is_refresh(request: HttpRequest) -> bool:
+    """A live region's automatic reload of part of a page (``X-Fragment: 1``, a GET)."""
+    return request.method == "GET" and request.headers.get("X-Fragment") == "1"
+
+
 def allow(request: HttpRequest, action: str, resource: str = "*", **context) -> None:
-    """Authorize the page's principal (audited); AccessDenied renders as a 403 page."""
-    authorize(request.principal, action, resource, request=request, context=context or None)
+    """Authorize the page's principal (audited; an automatic refresh only when refused: the
+    page view that started it was recorded); AccessDenied renders as a 403 page."""
+    authorize(
+        request.principal,
+        action,
+        resource,
+        request=request,
+        context=context or None,
+        audit_allowed=not is_refresh(request),
+    )
 
 
 def may(request: HttpRequest, action: str, resource: str = "*", **context) -> bool:
     """Whether the page's principal may (audited, like ``allow``): for parts of a page that a
     principal without the permission simply does not see."""
-    decision = check(request.principal, action, resource, request=request, context=context or None)
+    decision = check(
+        request.principal,
+        action,
+        resource,
+        request=request,
+        context=context or None,
+        audit_allowed=not is_refresh(request),
+    )
     return decision.allowed
 
 

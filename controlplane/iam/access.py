@@ -60,13 +60,18 @@ def check(
     *,
     request=None,
     context: Mapping[str, Any] | None = None,
+    audit_allowed: bool = True,
 ) -> Decision:
-    """Decide and audit, without raising."""
+    """Decide and audit, without raising. ``audit_allowed=False``: an allowed decision is not
+    recorded (a dashboard's automatic refresh of what its audited page view showed); a refused
+    one always is."""
     assert action in ACTIONS, f"undocumented action {action}"
     values = request_context(principal, request) | dict(context or {})
     decision = evaluate(
         principal.policies(), AccessRequest(action, resource, principal.arn, values)
     )
+    if decision.allowed and not audit_allowed:
+        return decision
     audit_record(
         tenant=principal.tenant,
         principal=principal.arn,
@@ -92,9 +97,12 @@ def authorize(
     *,
     request=None,
     context: Mapping[str, Any] | None = None,
+    audit_allowed: bool = True,
 ) -> Decision:
     """Allow or raise ``AccessDenied`` (403) naming the principal, the action and the resource."""
-    decision = check(principal, action, resource, request=request, context=context)
+    decision = check(
+        principal, action, resource, request=request, context=context, audit_allowed=audit_allowed
+    )
     if not decision.allowed:
         raise AccessDenied(
             f"{principal.arn} is not authorized to perform {action} on {resource}: "

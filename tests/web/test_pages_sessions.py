@@ -308,3 +308,35 @@ def test_stop_ends_the_session_and_is_a_post(alice, worker):
 
 def test_unknown_session_is_not_found(alice):
     assert alice.get("/sessions/sess-nope").status_code == 404
+
+
+def test_live_refreshes_are_audited_only_when_refused(alice, bob, worker):
+    """A live page reloads itself every 5 s: its view is on record, the allowed refreshes are
+    not (they would be two rows per reload); a refused refresh always is."""
+    from controlplane.audit.models import AuditEvent
+    from controlplane.iam.services import user_policy_put
+    from controlplane.tenants.selectors import membership_get
+
+    session, _ = trained(alice)
+    rows = AuditEvent.objects.filter(tenant=alice.tenant, action="sessions:DescribeTrainingSession")
+    before = rows.count()
+    assert alice.get(f"/sessions/{session.id}").status_code == 200
+    viewed = rows.count()
+    assert viewed > before
+    for _ in range(3):
+        assert alice.get(f"/sessions/{session.id}", headers={"X-Fragment": "1"}).status_code == 200
+    assert rows.count() == viewed
+    deny = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Deny", "Action": "sessions:DescribeTrainingSession", "Resource": "*"}
+        ],
+    }
+    user_policy_put(
+        membership=membership_get(tenant=alice.tenant, username="bob@example.com"),
+        name="no-sessions",
+        document=deny,
+    )
+    refused = bob.get(f"/sessions/{session.id}", headers={"X-Fragment": "1"})
+    assert refused.status_code == 403
+    assert rows.filter(allowed=False, principal__endswith="bob@example.com").count() == 1
