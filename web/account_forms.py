@@ -28,6 +28,21 @@ class SignupForm(forms.Form):
     )
 
 
+class AcceptForm(forms.Form):
+    """Joining an account by invitation: a password for a new login (none when signed in)."""
+
+    label_suffix = ""
+
+    token = forms.CharField(widget=forms.HiddenInput, max_length=200)
+    password = forms.CharField(
+        label="Choose a password",
+        strip=False,
+        required=False,
+        help_text="At least 10 characters, not a common password and not only digits.",
+        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+    )
+
+
 class LoginForm(forms.Form):
     label_suffix = ""
 

@@ -15,6 +15,8 @@ from controlplane.tenants.models import ApiKey
 from controlplane.tenants.selectors import api_key_for
 from controlplane.tenants.services import api_key_create
 
+from .conftest import PASSWORD
+
 pytestmark = pytest.mark.django_db
 
 GOOD = {
@@ -327,3 +329,68 @@ def test_simulator_takes_condition_keys(alice, bob) -> None:
     ):
         r = alice.get("/iam/simulator", {**ask, "context": bad})
         assert r.status_code == 400 and says in r.content.decode(), bad
+
+
+def _invite(person, email: str, role: str = "member") -> str:
+    r = person.post("/iam/users/invite", {"email": email, "role": role})
+    assert r.status_code == 200, r.content
+    page = r.content.decode()
+    match = re.search(r"/invitations/accept\?token=(inv-[\w-]+)", page)
+    assert match and "shown <strong>only now</strong>" in page
+    return match.group(1)
+
+
+def test_invite_a_new_person_who_joins_with_a_password(alice, bob, charlie) -> None:
+    from django.test import Client
+
+    from controlplane.tenants.models import Invitation, Membership
+
+    token = _invite(alice, "carol@example.com")
+    assert not Invitation.objects.filter(digest__contains=token).exists()  # a digest only
+    carol = Client()
+    form = carol.get(f"/invitations/accept?token={token}")
+    assert form.status_code == 200 and "Choose a password" in form.content.decode()
+    weak = carol.post("/invitations/accept", {"token": token, "password": "short"})
+    assert weak.status_code == 400 and "password" in weak.content.decode().lower()
+    joined = carol.post("/invitations/accept", {"token": token, "password": PASSWORD})
+    assert joined.status_code == 302 and joined["Location"] == "/overview"
+    membership = Membership.objects.get(user__email="carol@example.com")
+    assert (membership.tenant, membership.role) == (alice.tenant, "member")
+    assert "carol@example.com" in carol.get("/iam/users").content.decode()
+    # once only; a member may not invite; charlie's account is not alice's
+    again = Client().post("/invitations/accept", {"token": token, "password": PASSWORD})
+    assert again.status_code == 404 and "has expired or been used" in again.content.decode()
+    assert (
+        bob.post("/iam/users/invite", {"email": "x@example.com", "role": "member"}).status_code
+        == 403
+    )
+    assert charlie.get("/iam/users/carol@example.com").status_code == 404
+
+
+def test_an_invitation_is_for_its_address(alice, charlie) -> None:
+    token = _invite(alice, "dave@example.com", role="admin")
+    wrong = charlie.post("/invitations/accept", {"token": token})  # signed in as charlie
+    assert wrong.status_code == 400 and "for another email address" in wrong.content.decode()
+    bad = alice.post("/iam/users/invite", {"email": "not-an-email", "role": "x"})
+    assert bad.status_code == 400 and "Enter a valid email address" in bad.content.decode()
+
+
+def test_change_a_members_role_and_remove_them(alice, bob) -> None:
+    from controlplane.tenants.models import ApiKey, Membership
+
+    page = alice.get("/iam/users/bob@example.com").content.decode()
+    assert "Change membership" in page and "Remove from the account" in page
+    r = alice.post("/iam/users/bob@example.com/membership", {"role": "admin"})
+    assert r.status_code == 302
+    assert Membership.objects.get(user__email="bob@example.com").role == "admin"
+    # the only owner cannot step down or leave: the account keeps an owner
+    r = alice.post("/iam/users/alice@example.com/membership", {"role": "member"})
+    assert "keeps at least one owner" in alice.get(r["Location"]).content.decode()
+    assert alice.post("/iam/users/alice@example.com/remove").status_code == 302
+    assert Membership.objects.get(user__email="alice@example.com").role == "owner"
+    bob.post("/iam/users/alice@example.com/remove")  # an admin may remove, not the last owner
+    assert Membership.objects.get(user__email="alice@example.com").role == "owner"
+    r = alice.post("/iam/users/bob@example.com/remove")
+    assert r.status_code == 302 and r["Location"] == "/iam/users"
+    assert not Membership.objects.filter(user__email="bob@example.com").exists()
+    assert not ApiKey.objects.filter(user__email="bob@example.com", revoked_at=None).exists()

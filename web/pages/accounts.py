@@ -22,7 +22,7 @@ from controlplane.iam.provisioning import account_create
 from controlplane.tenants import services as tenant_services
 from controlplane.tenants.logins import login_check
 
-from ..account_forms import LoginForm, SignupForm, show_error
+from ..account_forms import AcceptForm, LoginForm, SignupForm, show_error
 from ..context import ACCOUNT_KEY, page, principal_for
 
 HOME = "/overview"
@@ -129,6 +129,45 @@ def login_view(request: HttpRequest) -> HttpResponse:
     return response
 
 
+@never_cache
+@require_http_methods(["GET", "POST"])
+def invitation_accept(request: HttpRequest) -> HttpResponse:
+    """Join an account from an invitation link: as the person signed in, or as a new login."""
+    signed_in = request.user if request.user.is_authenticated else None
+    token = request.GET.get("token", "")
+    form = AcceptForm(request.POST if request.method == "POST" else None, initial={"token": token})
+    if request.method == "POST" and form.is_valid():
+        try:
+            membership = tenant_services.invitation_accept(
+                token=form.cleaned_data["token"],
+                password=None if signed_in else form.cleaned_data["password"],
+                user=signed_in,
+            )
+        except DomainError as exc:
+            show_error(form, exc)
+            if exc.field == "token":  # not a field people can fix: above the form
+                form.errors.pop("token", None)
+                form.add_error(None, exc.detail.removeprefix("token: "))
+            status_code = exc.status
+        else:
+            if signed_in is None:
+                login(request, membership.user, backend=_BACKEND)
+            request.session[ACCOUNT_KEY] = membership.tenant.account_id
+            messages.success(
+                request,
+                f"You joined {membership.tenant.name} as {membership.get_role_display().lower()}.",
+            )
+            return redirect(HOME)
+    else:
+        status_code = 400 if form.is_bound else 200
+    return render(
+        request,
+        "web/accounts/accept.html",
+        {"form": form, "signed_in": signed_in},
+        status=status_code,
+    )
+
+
 @require_POST
 def logout_view(request: HttpRequest) -> HttpResponse:
     logout(request)
@@ -180,6 +219,7 @@ urlpatterns = [
     path("signup", signup, name="signup"),
     path("login", login_view, name="login"),
     path("logout", logout_view, name="logout"),
+    path("invitations/accept", invitation_accept, name="invitation_accept"),
     path("account", account, name="account"),
     path("account/switch", account_switch, name="account_switch"),
 ]

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from urllib.parse import quote
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -25,6 +26,8 @@ from controlplane.tenants import selectors as tenants
 from ..context import allow, page
 from ..formkit import Form, code_area, submit
 from ..iam_keys import key_list, key_revoke
+from ..iam_members import InviteForm, member_invite, member_remove, member_role
+from ..iam_members import RoleForm as MembershipForm
 from ..iam_simulator import catalogue, simulator
 
 EXAMPLE_POLICY = {
@@ -287,10 +290,15 @@ def _url_name(username: str) -> str:
 @page
 @require_GET
 def user_list(request: HttpRequest) -> HttpResponse:
+    return members_page(request, InviteForm())
+
+
+def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) -> HttpResponse:
     allow(request, "iam:ListUsers")
     members = tenants.memberships(tenant=request.tenant).prefetch_related("policies")
     rows = [(m, user_arn(request.tenant, m.user.get_username())) for m in members]
-    return render(request, "web/iam/users.html", {"rows": rows})
+    context = {"rows": rows, "invite": invite, "invite_days": settings.INVITATION_TTL_DAYS}
+    return render(request, "web/iam/users.html", context, status=status)
 
 
 @page
@@ -308,6 +316,7 @@ def user_detail(request: HttpRequest, username: str) -> HttpResponse:
             "arn": arn,
             "builtin": pretty(DOCUMENTS[membership.role]),
             "policies": policies,
+            "role_form": MembershipForm(initial={"role": membership.role}),
         },
     )
 
@@ -373,6 +382,9 @@ urlpatterns = [
         name="iam_role_policy_delete",
     ),
     path("iam/users", user_list, name="iam_users"),
+    path("iam/users/invite", member_invite, name="iam_user_invite"),
+    path("iam/users/<str:username>/membership", member_role, name="iam_user_membership"),
+    path("iam/users/<str:username>/remove", member_remove, name="iam_user_remove"),
     path("iam/users/<str:username>", user_detail, name="iam_user"),
     path("iam/users/<str:username>/policies/new", user_policy, name="iam_user_policy_new"),
     path(

@@ -1,0 +1,100 @@
+"""Members of the account from the dashboard: invite someone (the invitation link is shown
+once), change a member's membership role, remove a member. The same services and IAM actions as
+the API (``iam:CreateUser``, ``iam:UpdateUser``, ``iam:DeleteUser``)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from controlplane.errors import DomainError
+from controlplane.iam.resources import user_arn
+from controlplane.tenants import selectors as tenants
+from controlplane.tenants import services
+from controlplane.tenants.models import Membership
+
+from .context import allow, page
+from .formkit import Form, submit
+
+ROLE_CHOICES = Membership.Role.choices
+
+
+class InviteForm(Form):
+    id_prefix = "invite"
+    email = forms.EmailField(label="Email", max_length=254)
+    role = forms.ChoiceField(
+        label="Membership",
+        choices=ROLE_CHOICES,
+        initial=Membership.Role.MEMBER,
+        help_text="Owners and admins manage the account; members train, sample and read.",
+    )
+
+
+class RoleForm(Form):
+    id_prefix = "membership"
+    role = forms.ChoiceField(label="Membership", choices=ROLE_CHOICES)
+
+
+def member_url(username: str) -> str:
+    from urllib.parse import quote
+
+    return "/iam/users/" + quote(username, safe="@")
+
+
+@page
+@require_POST
+def member_invite(request: HttpRequest) -> HttpResponse:
+    form = InviteForm(request.POST)
+
+    def invite(data: dict):
+        email = data["email"].strip().lower()
+        allow(request, "iam:CreateUser", user_arn(request.tenant, email))
+        return services.invitation_create(
+            tenant=request.tenant, email=email, role=data["role"], actor=request.principal.arn
+        )
+
+    made = submit(form, invite)
+    if made is None:
+        from .pages.iam import members_page
+
+        return members_page(request, form, status=400)
+    invitation, token = made
+    link = request.build_absolute_uri(f"/invitations/accept?token={token}")
+    # The link is shown in this response only: the token is stored nowhere but as a digest.
+    return render(
+        request,
+        "web/iam/invited.html",
+        {"invitation": invitation, "link": link},
+    )
+
+
+@page
+@require_POST
+def member_role(request: HttpRequest, username: str) -> HttpResponse:
+    allow(request, "iam:UpdateUser", user_arn(request.tenant, username.lower()))
+    membership = tenants.membership_get(tenant=request.tenant, username=username)
+    form = RoleForm(request.POST)
+    if submit(form, lambda d: services.membership_set_role(membership=membership, role=d["role"])):
+        messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
+    else:
+        messages.error(request, " ".join(str(e) for e in form.errors.get("role", ["refused"])))
+    return redirect(member_url(username))
+
+
+@page
+@require_POST
+def member_remove(request: HttpRequest, username: str) -> HttpResponse:
+    allow(request, "iam:DeleteUser", user_arn(request.tenant, username.lower()))
+    membership = tenants.membership_get(tenant=request.tenant, username=username)
+    try:
+        services.membership_remove(membership=membership)
+    except DomainError as exc:
+        if exc.status != 409:
+            raise
+        messages.error(request, exc.detail)
+        return redirect(member_url(username))
+    messages.success(request, f"{username} left the account; their API keys are revoked.")
+    return redirect("/iam/users")
