@@ -130,6 +130,7 @@ class WorkerRuntime:
         self._place_waiting()
         self._stop = threading.Event()
         self._lost: set[str] = set()  # models whose state here the database no longer matches
+        self._unrecorded: set[str] = set()  # samples that ran but could not be recorded
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
         self.wake: WakeListener | None = None
@@ -174,7 +175,7 @@ class WorkerRuntime:
         """One heartbeat: alive; models waiting for a worker like this one are placed (room may
         have freed); a lost nudge or a seq gap to time out gets another look."""
         fleet.worker_heartbeat(name=self.settings.name)
-        if self._lost and self._drain_lock.acquire(blocking=False):
+        if (self._lost or self._unrecorded) and self._drain_lock.acquire(blocking=False):
             try:  # the database answers again: fail what it could not record
                 self._fail_lost()
             finally:
@@ -221,8 +222,17 @@ class WorkerRuntime:
                         self.samplers,
                         [self.vault(op.tenant_id) for op in claimed],
                     )
+                lost: DatabaseError | None = None
                 for op, outcome in zip(claimed, outcomes, strict=True):
-                    self._finish(op, outcome)
+                    if lost is not None:  # the database went away: fail the rest later too
+                        self._unrecorded.add(op.pk)
+                        continue
+                    try:
+                        self._finish(op, outcome)
+                    except DatabaseError as exc:
+                        lost = exc
+                if lost is not None:
+                    raise lost
                 progressed += len(claimed)
             if not progressed:
                 # Nothing runnable: step over refused or long-missing seq_ids, then look again.
@@ -274,12 +284,21 @@ class WorkerRuntime:
                 execution.complete(op, outcome.result or {})
             else:
                 execution.fail(op, outcome.error or "failed", outcome.category)
-        except (DatabaseError, execution.ClaimLost):
-            # The engine ran it, the database did not take the result (or lost the claim): this
-            # host's state of the model no longer matches the database. Nothing more runs on
-            # it; it is failed as soon as the database answers again.
+        except execution.ClaimLost:
             if op.model_id is not None:
                 self._lost.add(op.model_id)
+                raise
+            # a sample changes nothing on the host: pending again, it simply runs again
+            log.warning("sample %s lost its claim; it will run again", op.pk)
+        except DatabaseError:
+            # The engine ran it, the database did not take the result (or lost the claim): this
+            # host's state of the model no longer matches the database. Nothing more runs on
+            # it; it is failed as soon as the database answers again. A sample is failed too
+            # (retryably), rather than left running.
+            if op.model_id is not None:
+                self._lost.add(op.model_id)
+            else:
+                self._unrecorded.add(op.pk)
             raise
 
     def _fail_lost(self) -> None:
@@ -290,3 +309,8 @@ class WorkerRuntime:
             if self.host.has_adapter(model_id):
                 self.host.remove_adapter(model_id)
             self._lost.discard(model_id)
+        for request_id in sorted(self._unrecorded):
+            execution.fail_unrecorded(
+                request_id=request_id, why="its result could not be recorded; retry it"
+            )
+            self._unrecorded.discard(request_id)

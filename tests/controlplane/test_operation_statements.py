@@ -223,3 +223,55 @@ def test_a_claim_the_database_lost_is_not_run_twice(alice, runtime, monkeypatch)
     body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
     assert body["category"] == "server" and f"model {model_id} was lost" in body["error"]
     assert TrainingModel.objects.get(pk=model_id).state == "failed"
+
+
+def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monkeypatch) -> None:
+    """A batch of samples ran, then the database went away while recording them: none is left
+    running; once the database answers, each is failed retryably (a sample changes nothing on
+    the host, so the session goes on)."""
+    from django.db import OperationalError
+
+    session = open_session(alice)
+    r = alice.post(
+        "create_sampling_session",
+        {"session_id": session, "sampling_session_seq_id": 0, "base_model": TINY},
+    )
+    sampler = r.json()["sampling_session_id"]
+    prompt = {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}
+    futures = [
+        alice.post(
+            "asample",
+            {
+                "sampling_session_id": sampler,
+                "seq_id": seq,
+                "num_samples": 1,
+                "prompt": prompt,
+                "sampling_params": {"max_tokens": 2, "seed": seq},
+            },
+        ).json()
+        for seq in (1, 2)
+    ]
+    real = execution.complete
+
+    def gone(op, result):
+        monkeypatch.setattr(execution, "complete", real)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "complete", gone)
+    with pytest.raises(OperationalError):
+        runtime.drain()
+    runtime.drain()  # the database answers again
+    for fut in futures:
+        body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
+        assert body["category"] == "server" and "retry it" in body["error"], body
+    again = alice.post(
+        "asample",
+        {
+            "sampling_session_id": sampler,
+            "seq_id": 3,
+            "num_samples": 1,
+            "prompt": prompt,
+            "sampling_params": {"max_tokens": 2},
+        },
+    ).json()
+    assert "sequences" in result(alice, runtime, again)

@@ -405,6 +405,14 @@ def model_lost(*, model_id: str, why: str) -> None:
         _fail_model(model, f"model {model.id} was lost: {why}")
 
 
+def fail_unrecorded(*, request_id: str, why: str) -> None:
+    """An operation (a sample) the worker ran but could not record: fail it, retryably, unless
+    it finished meanwhile."""
+    op = Operation.objects.filter(pk=request_id).first()
+    if op is not None and op.status not in Operation.FINISHED:
+        fail(op, f"operation {op.pk}: {why}", "server")
+
+
 def _fail_model(model: TrainingModel, reason: str) -> None:
     unfinished = model.operations.filter(
         status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
