@@ -36,9 +36,14 @@ def principal_for(request: HttpRequest) -> Principal | None:
     return for_membership(membership)
 
 
+def is_fragment(request: HttpRequest) -> bool:
+    """A request for a live region's part of a page (``X-Fragment: 1``)."""
+    return request.headers.get("X-Fragment") == "1"
+
+
 def is_refresh(request: HttpRequest) -> bool:
-    """A live region's automatic reload of part of a page (``X-Fragment: 1``, a GET)."""
-    return request.method == "GET" and request.headers.get("X-Fragment") == "1"
+    """A live region's automatic reload of part of a page (a fragment GET)."""
+    return request.method == "GET" and is_fragment(request)
 
 
 def allow(request: HttpRequest, action: str, resource: str = "*", **context) -> None:

@@ -4,11 +4,14 @@ the API (``iam:CreateUser``, ``iam:UpdateUser``, ``iam:DeleteUser``)."""
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
@@ -39,9 +42,22 @@ class RoleForm(Form):
 
 
 def member_url(username: str) -> str:
-    from urllib.parse import quote
-
+    """A member's page (a username is an email: kept readable in the path)."""
     return "/iam/users/" + quote(username, safe="@")
+
+
+@page
+@require_GET
+def member_list(request: HttpRequest) -> HttpResponse:
+    return members_page(request, InviteForm())
+
+
+def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) -> HttpResponse:
+    allow(request, "iam:ListUsers")
+    members = tenants.memberships(tenant=request.tenant).prefetch_related("policies")
+    rows = [(m, user_arn(request.tenant, m.user.get_username())) for m in members]
+    context = {"rows": rows, "invite": invite, "invite_days": settings.INVITATION_TTL_DAYS}
+    return render(request, "web/iam/users.html", context, status=status)
 
 
 @page
@@ -58,8 +74,6 @@ def member_invite(request: HttpRequest) -> HttpResponse:
 
     made = submit(form, invite)
     if made is None:
-        from .pages.iam import members_page
-
         return members_page(request, form, status=400)
     invitation, token = made
     link = request.build_absolute_uri(f"/invitations/accept?token={token}")

@@ -204,7 +204,7 @@ class WorkerRuntime:
         ran = 0
         while True:
             self._fail_lost()
-            if ran and not execution.has_pending(worker=self.worker):
+            if ran and not execution.has_waiting_work(worker=self.worker, older_than_seconds=None):
                 return ran  # one cheap look after the work: nothing came meanwhile
             progressed = 0
             served: list[str] = []  # one operation per model a pass, then the samples
@@ -291,10 +291,10 @@ class WorkerRuntime:
             # a sample changes nothing on the host: pending again, it simply runs again
             log.warning("sample %s lost its claim; it will run again", op.pk)
         except DatabaseError:
-            # The engine ran it, the database did not take the result (or lost the claim): this
-            # host's state of the model no longer matches the database. Nothing more runs on
-            # it; it is failed as soon as the database answers again. A sample is failed too
-            # (retryably), rather than left running.
+            # The engine ran it, the database did not take the result: this host's state of
+            # the model no longer matches the database. Nothing more runs on it; it is failed
+            # as soon as the database answers again. A sample is failed too (retryably),
+            # rather than left running.
             if op.model_id is not None:
                 self._lost.add(op.model_id)
             else:

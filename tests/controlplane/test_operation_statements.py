@@ -9,7 +9,7 @@ import json
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.db.models import Sum
 
 from controlplane.metering.models import UsageDaily, UsageRecord
@@ -28,6 +28,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def postgres():
     if connection.vendor != "postgresql":
         pytest.skip("the triggers and one-statement paths are PostgreSQL's")
+
+
+def _database_goes_away_once(monkeypatch) -> None:
+    """The next completion the worker records fails as if the database had gone away."""
+    real = execution.complete
+
+    def gone(op, result):
+        monkeypatch.setattr(execution, "complete", real)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "complete", gone)
 
 
 def _listening(*channels: str) -> psycopg.Connection:
@@ -144,19 +155,11 @@ def test_a_result_the_database_could_not_take_fails_the_model(alice, runtime, mo
     """The engine ran the step but its completion was not recorded (the database went away):
     the step must not run again on an adapter that already took it; the model is failed, with
     everything it had not finished, once the database answers, and the session stays usable."""
-    from django.db import OperationalError
-
     session = open_session(alice)
     model_id = create_model(alice, runtime, session)
     first = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
     later = alice.post("optim_step", {"model_id": model_id, "seq_id": 2, "adam_params": {}}).json()
-    real = execution.complete
-
-    def lost_connection(op, result):
-        monkeypatch.setattr(execution, "complete", real)
-        raise OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(execution, "complete", lost_connection)
+    _database_goes_away_once(monkeypatch)
     with pytest.raises(OperationalError):
         runtime.drain()
     assert Operation.objects.get(pk=first["request_id"]).status == "running"
@@ -229,8 +232,6 @@ def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monk
     """A batch of samples ran, then the database went away while recording them: none is left
     running; once the database answers, each is failed retryably (a sample changes nothing on
     the host, so the session goes on)."""
-    from django.db import OperationalError
-
     session = open_session(alice)
     r = alice.post(
         "create_sampling_session",
@@ -251,13 +252,7 @@ def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monk
         ).json()
         for seq in (1, 2)
     ]
-    real = execution.complete
-
-    def gone(op, result):
-        monkeypatch.setattr(execution, "complete", real)
-        raise OperationalError("server closed the connection unexpectedly")
-
-    monkeypatch.setattr(execution, "complete", gone)
+    _database_goes_away_once(monkeypatch)
     with pytest.raises(OperationalError):
         runtime.drain()
     runtime.drain()  # the database answers again

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from urllib.parse import quote
 
 from django import forms
-from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -26,8 +24,8 @@ from controlplane.tenants import selectors as tenants
 from ..context import allow, page
 from ..formkit import Form, code_area, submit
 from ..iam_keys import key_list, key_revoke
-from ..iam_members import InviteForm, member_invite, member_remove, member_role
 from ..iam_members import RoleForm as MembershipForm
+from ..iam_members import member_invite, member_list, member_remove, member_role, member_url
 from ..iam_simulator import catalogue, simulator
 
 EXAMPLE_POLICY = {
@@ -282,25 +280,6 @@ def _editor(
 
 
 # -- users -------------------------------------------------------------------------------------
-def _url_name(username: str) -> str:
-    """A username (an email) as a path segment."""
-    return quote(username, safe="@")
-
-
-@page
-@require_GET
-def user_list(request: HttpRequest) -> HttpResponse:
-    return members_page(request, InviteForm())
-
-
-def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) -> HttpResponse:
-    allow(request, "iam:ListUsers")
-    members = tenants.memberships(tenant=request.tenant).prefetch_related("policies")
-    rows = [(m, user_arn(request.tenant, m.user.get_username())) for m in members]
-    context = {"rows": rows, "invite": invite, "invite_days": settings.INVITATION_TTL_DAYS}
-    return render(request, "web/iam/users.html", context, status=status)
-
-
 @page
 @require_GET
 def user_detail(request: HttpRequest, username: str) -> HttpResponse:
@@ -349,8 +328,8 @@ def user_policy(
         owner_kind="user",
         owner=name,
         owner_arn=arn,
-        back=f"/iam/users/{_url_name(name)}",
-        base=f"/iam/users/{_url_name(name)}/policies",
+        back=member_url(name),
+        base=f"{member_url(name)}/policies",
     )
 
 
@@ -361,7 +340,7 @@ def user_policy_delete(request: HttpRequest, username: str, policy_name: str) ->
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     services.user_policy_delete(membership=membership, name=policy_name)
     messages.success(request, f"Policy {policy_name} removed from {username}.")
-    return redirect(f"/iam/users/{_url_name(membership.user.get_username())}")
+    return redirect(member_url(membership.user.get_username()))
 
 
 def iam_home(request: HttpRequest) -> HttpResponse:
@@ -381,7 +360,7 @@ urlpatterns = [
         role_policy_delete,
         name="iam_role_policy_delete",
     ),
-    path("iam/users", user_list, name="iam_users"),
+    path("iam/users", member_list, name="iam_users"),
     path("iam/users/invite", member_invite, name="iam_user_invite"),
     path("iam/users/<str:username>/membership", member_role, name="iam_user_membership"),
     path("iam/users/<str:username>/remove", member_remove, name="iam_user_remove"),

@@ -30,16 +30,12 @@ from controlplane.training_sessions.services import submit
 
 from .. import session_reads as reads
 from ..charts import line_chart
-from ..context import allow, may, page
+from ..context import allow, is_fragment, may, page
 from ..session_form import SessionForm, add_domain_error
 from ..snippets import session_snippet
 
 PER_PAGE = 25
 LIVE = (*Session.LIVE_STATES, Session.State.STOPPING)  # states whose page refreshes itself
-
-
-def is_fragment(request: HttpRequest) -> bool:
-    return request.headers.get("X-Fragment") == "1"
 
 
 def _render(request: HttpRequest, full: str, fragment: str, context: dict) -> HttpResponse:

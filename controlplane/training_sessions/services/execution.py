@@ -60,7 +60,6 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
     # The pick locks its row and re-checks it is still pending (another transaction may have
     # just failed it, say a stop), going on to the next one if not: nothing runnable is missed.
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
-    columns = ", ".join(f.column for f in Operation._meta.concrete_fields)
     skipping = ""
     if skip:
         skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
@@ -73,13 +72,22 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
             ORDER BY o.created_at LIMIT 1
             FOR UPDATE OF o SKIP LOCKED
         ) AND status = %s
-        RETURNING {columns}
+        RETURNING {_returned()}
     """
     pending = Operation.Status.PENDING
-    params = [Operation.Status.RUNNING, now, worker.pk, pending, *skip, pending]
-    with _unflushed():
-        claimed = list(Operation.objects.raw(sql, params))
+    claimed = _claimed(sql, [Operation.Status.RUNNING, now, worker.pk, pending, *skip, pending])
     return claimed[0] if claimed else None
+
+
+def _returned(alias: str = "") -> str:
+    """Every column of an operation row, for a claim's RETURNING."""
+    return ", ".join(alias + f.column for f in Operation._meta.concrete_fields)
+
+
+def _claimed(sql: str, params: list) -> list[Operation]:
+    """The rows a claiming ``UPDATE … RETURNING`` took, committed without waiting for the disk."""
+    with _unflushed():
+        return list(Operation.objects.raw(sql, params))
 
 
 def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
@@ -155,7 +163,6 @@ def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
     if connection.vendor != "postgresql":
         return [op for op in pending_samples(worker=worker, limit=limit) if claim(op)]
     ops = Operation._meta.db_table
-    columns = ", ".join(f.column for f in Operation._meta.concrete_fields)
     # the pick is materialized: evaluated once, so never more than ``limit`` rows
     sql = f"""
         WITH picked AS MATERIALIZED (
@@ -165,7 +172,7 @@ def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
         )
         UPDATE {ops} o SET status = %s, started_at = %s FROM picked
         WHERE o.id = picked.id
-        RETURNING {", ".join("o." + c for c in columns.split(", "))}
+        RETURNING {_returned("o.")}
     """
     pending = Operation.Status.PENDING
     params = [
@@ -176,20 +183,17 @@ def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
         Operation.Status.RUNNING,
         timezone.now(),
     ]
-    with _unflushed():
-        claimed = list(Operation.objects.raw(sql, params))
-    return sorted(claimed, key=lambda op: op.created_at)
+    return sorted(_claimed(sql, params), key=lambda op: op.created_at)
 
 
-def has_pending(*, worker: Worker) -> bool:
-    return Operation.objects.filter(worker=worker, status=Operation.Status.PENDING).exists()
-
-
-def has_waiting_work(*, worker: Worker, older_than_seconds: float = 2.0) -> bool:
-    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
-    return Operation.objects.filter(
-        worker=worker, status=Operation.Status.PENDING, created_at__lt=cutoff
-    ).exists()
+def has_waiting_work(*, worker: Worker, older_than_seconds: float | None = 2.0) -> bool:
+    """Whether operations wait on the worker (those older than ``older_than_seconds``; None:
+    any)."""
+    waiting = Operation.objects.filter(worker=worker, status=Operation.Status.PENDING)
+    if older_than_seconds is not None:
+        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+        waiting = waiting.filter(created_at__lt=cutoff)
+    return waiting.exists()
 
 
 @contextmanager
