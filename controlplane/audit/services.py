@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlplane import rows
 from controlplane.tenants.models import Tenant
 
 from .models import AuditEvent
@@ -47,7 +48,7 @@ def audit_record(
         user_agent=user_agent[:400],
         api_key=api_key,
     )
-    event.save(force_insert=True)
+    rows.insert(event)
     held = _held.get()
     if held is not None:
         held.append(event)

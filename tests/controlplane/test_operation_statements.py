@@ -270,3 +270,24 @@ def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monk
         },
     ).json()
     assert "sequences" in result(alice, runtime, again)
+
+
+def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
+    postgres, alice, runtime
+) -> None:
+    model_id = create_model(alice, runtime, open_session(alice))
+    r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
+    claimed = execution.claim_next_training(worker=runtime.worker)
+    assert claimed.pk == r.json()["request_id"] and not connection.in_atomic_block
+    with psycopg.connect(**notify.connect_params()) as other:  # committed: others see it
+        status = other.execute(
+            f"SELECT status FROM {Operation._meta.db_table} WHERE id = %s", [claimed.pk]
+        ).fetchone()
+    assert status == ("running",)
+    with connection.cursor() as cursor:  # not flushing was for the claim's own commit only
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)
+    # the claimed row, as the ORM reads it
+    stored = Operation.objects.get(pk=claimed.pk)
+    for field in Operation._meta.concrete_fields:
+        assert getattr(claimed, field.attname) == getattr(stored, field.attname), field.name

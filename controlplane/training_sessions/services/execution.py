@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from controlplane import rows
 from controlplane.fleet.models import Worker
 from controlplane.metering.rollup import usage_write_ctes
 from controlplane.metering.services import usage_record_for, usage_rows_for
@@ -80,14 +81,24 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
 
 
 def _returned(alias: str = "") -> str:
-    """Every column of an operation row, for a claim's RETURNING."""
-    return ", ".join(alias + f.column for f in Operation._meta.concrete_fields)
+    """What a claim's RETURNING gives back: every column of an operation row, after a call that
+    makes the claim's commit not wait for the disk (``_claimed``)."""
+    unflushed = "set_config('synchronous_commit', 'off', true)"
+    return f"{unflushed}, {rows.select_list(Operation, alias.rstrip('.') or None)}"
 
 
 def _claimed(sql: str, params: list) -> list[Operation]:
-    """The rows a claiming ``UPDATE … RETURNING`` took, committed without waiting for the disk."""
-    with _unflushed():
-        return list(Operation.objects.raw(sql, params))
+    """The rows a claiming ``UPDATE … RETURNING`` took, committed without waiting for the disk.
+
+    The worker claims outside any transaction: the statement commits by itself, in one round
+    trip. Its RETURNING sets ``synchronous_commit`` off for that transaction alone (``set_config``
+    local to it, evaluated before the commit, and only when a row was claimed: otherwise nothing
+    is written and there is nothing to flush). Inside a caller's transaction it is that
+    transaction's commit that does not wait.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [rows.load(Operation, row[1:]) for row in cursor.fetchall()]
 
 
 def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max, OuterRef, Subquery
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
-from controlplane import dispatch
-from controlplane.fleet.models import BaseModel
+from controlplane import dispatch, rows
+from controlplane.fleet.models import BaseModel, Worker
 from controlplane.fleet.services import Network
 from controlplane.quotas.budget import token_budget_check
 from controlplane.tenants.models import Tenant
@@ -188,25 +188,15 @@ def training_submit(
     payload: dict,
     plan: dict | None = None,
 ) -> Operation:
-    """Insert the operation under the model's row lock, in as few statements as it takes: the
-    lock, the look for an earlier request with this ``seq_id`` and the model's state in one
-    query, then the insert (whose trigger wakes the worker on PostgreSQL)."""
-    models = TrainingModel.objects.select_for_update(of=("self",)).select_related(
-        "session", "worker"
-    )
-    if seq_id is not None:
-        same = Operation.objects.filter(model=OuterRef("pk"), seq_id=seq_id)
-        models = models.annotate(
-            existing_id=Subquery(same.values("id")[:1]),
-            existing_digest=Subquery(same.values("payload_digest")[:1]),
-        )
-    try:
-        model = models.get(tenant=tenant, id=model_id)
-    except TrainingModel.DoesNotExist:
-        raise NotFound(f"model {model_id!r} not found", field="model_id") from None
+    """Insert the operation under the model's row lock, in two statements: the lock (which
+    also reads the model's session and worker, and any earlier request with this ``seq_id``),
+    then the insert (whose trigger wakes the worker on PostgreSQL)."""
+    locked = _model_locked(tenant=tenant, model_id=model_id, seq_id=seq_id)
+    if locked is None:
+        raise NotFound(f"model {model_id!r} not found", field="model_id")
+    model, existing_id, existing_digest = locked
     payload_digest = digest(payload)  # JSON-encodes the whole request: once
-    existing_id = getattr(model, "existing_id", None)
-    if existing_id is not None and model.existing_digest == payload_digest:
+    if existing_id is not None and existing_digest == payload_digest:
         # a retry: same answer whatever state the session is in now
         return Operation.objects.select_related("worker").get(pk=existing_id)
     _require_ready(model)
@@ -235,7 +225,7 @@ def training_submit(
     _touch(model)
     # Every insert of a model's operation holds the model's row lock, so no other can take this
     # seq_id between the look above and this insert: no savepoint is needed around it.
-    op = Operation.objects.create(
+    op = Operation(
         tenant=tenant,
         session=model.session,
         model=model,
@@ -246,9 +236,44 @@ def training_submit(
         payload_digest=payload_digest,
         plan=plan,
     )
+    op.id = new_id("req")
+    rows.insert(op)
     if op.worker is not None:  # else it waits with its model, and goes when the model is placed
         dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
+
+
+def _model_locked(
+    *, tenant: Tenant, model_id: str, seq_id: int | None
+) -> tuple[TrainingModel, str | None, str | None] | None:
+    """The tenant's model ``model_id``, its row locked until the transaction ends, with its
+    session and worker loaded, and the id and digest of its operation ``seq_id`` if there is
+    one; None if the tenant has no such model. One statement."""
+    models, sessions = TrainingModel._meta.db_table, Session._meta.db_table
+    ops, workers = Operation._meta.db_table, Worker._meta.db_table
+    lock = " FOR UPDATE OF m" if connection.features.has_select_for_update_of else ""
+    sql = f"""
+        SELECT {rows.select_list(TrainingModel, "m")}, {rows.select_list(Session, "s")},
+               {rows.select_list(Worker, "w")}, e.id, e.payload_digest
+        FROM {models} m
+        JOIN {sessions} s ON s.id = m.session_id
+        LEFT JOIN {workers} w ON w.id = m.worker_id
+        LEFT JOIN {ops} e ON e.model_id = m.id AND e.seq_id = %s
+        WHERE m.tenant_id = %s AND m.id = %s{lock}
+    """
+    tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [seq_id, tenant_id, model_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    n_model, n_session = rows.width(TrainingModel), rows.width(Session)
+    model = rows.load(TrainingModel, row[:n_model])
+    model.session = rows.load(Session, row[n_model : n_model + n_session])
+    worker_row = row[n_model + n_session : -2]
+    model.worker = rows.load(Worker, worker_row) if worker_row[0] is not None else None
+    model.tenant = tenant
+    return model, row[-2], row[-1]
 
 
 def training_reject(
