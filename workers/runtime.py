@@ -204,42 +204,57 @@ class WorkerRuntime:
         ran = 0
         while True:
             self._fail_lost()
-            if ran and not execution.has_waiting_work(worker=self.worker, older_than_seconds=None):
-                return ran  # one cheap look after the work: nothing came meanwhile
-            progressed = 0
-            served: list[str] = []  # one operation per model a pass, then the samples
-            while op := execution.claim_next_training(worker=self.worker, skip=served):
-                self._finish(op, self._training(op))
-                served.append(op.model_id)
-                progressed += 1
-            claimed = execution.claim_samples(worker=self.worker, limit=SAMPLE_BATCH)
-            if claimed:
-                tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in claimed)
-                with self._threads(tokens):
-                    outcomes = run_samples(
-                        self.host,
-                        [(op.payload, op.plan) for op in claimed],
-                        self.samplers,
-                        [self.vault(op.tenant_id) for op in claimed],
-                    )
-                lost: DatabaseError | None = None
-                for op, outcome in zip(claimed, outcomes, strict=True):
-                    if lost is not None:  # the database went away: fail the rest later too
-                        self._unrecorded.add(op.pk)
-                        continue
-                    try:
-                        self._finish(op, outcome)
-                    except DatabaseError as exc:
-                        lost = exc
-                if lost is not None:
-                    raise lost
-                progressed += len(claimed)
-            if not progressed:
+            progressed, idle = self._pass()
+            if not progressed and not idle:
                 # Nothing runnable: step over refused or long-missing seq_ids, then look again.
                 progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
             ran += progressed
-            if not progressed:
+            if idle or not progressed:
                 return ran
+
+    def _pass(self) -> tuple[int, bool]:
+        """One pass: the next operation of each training model (one per model), then a batch
+        of samples. Returns how many ran, and whether the one cheap look after a piece of work
+        found nothing at all waiting (then the other claims are not even tried)."""
+        progressed = 0
+        served: list[str] = []
+        while op := execution.claim_next_training(worker=self.worker, skip=served):
+            self._finish(op, self._training(op))
+            served.append(op.model_id)
+            progressed += 1
+            if not self._waiting():
+                return progressed, True
+        claimed = execution.claim_samples(worker=self.worker, limit=SAMPLE_BATCH)
+        if claimed:
+            self._samples(claimed)
+            progressed += len(claimed)
+            if not self._waiting():
+                return progressed, True
+        return progressed, False
+
+    def _waiting(self) -> bool:
+        return execution.has_waiting_work(worker=self.worker, older_than_seconds=None)
+
+    def _samples(self, claimed: list) -> None:
+        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in claimed)
+        with self._threads(tokens):
+            outcomes = run_samples(
+                self.host,
+                [(op.payload, op.plan) for op in claimed],
+                self.samplers,
+                [self.vault(op.tenant_id) for op in claimed],
+            )
+        lost: DatabaseError | None = None
+        for op, outcome in zip(claimed, outcomes, strict=True):
+            if lost is not None:  # the database went away: fail the rest later too
+                self._unrecorded.add(op.pk)
+                continue
+            try:
+                self._finish(op, outcome)
+            except DatabaseError as exc:
+                lost = exc
+        if lost is not None:
+            raise lost
 
     def _threads(self, tokens: int | None):
         """The torch threads for an engine call processing ``tokens`` (None: unknown)."""

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection
 from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
 
 from controlplane.metering.models import UsageDaily, UsageRecord
 from controlplane.metering.rollup import daily_rebuild
@@ -291,3 +292,13 @@ def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
     stored = Operation.objects.get(pk=claimed.pk)
     for field in Operation._meta.concrete_fields:
         assert getattr(claimed, field.attname) == getattr(stored, field.attname), field.name
+
+
+def test_a_step_on_an_idle_worker_takes_three_statements(postgres, alice, runtime) -> None:
+    model_id = create_model(alice, runtime, open_session(alice))
+    r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
+    with CaptureQueriesContext(connection) as queries:
+        assert runtime.drain() == 1
+    statements = [q["sql"].split()[0] for q in queries]
+    assert statements == ["UPDATE", "WITH", "SELECT"], statements  # claim, completion, a look
+    assert Operation.objects.get(pk=r.json()["request_id"]).status == "done"
