@@ -91,6 +91,12 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Parameters bound on the server: psycopg prepares the statements every call repeats once
+    # per connection, and PostgreSQL plans them once (a pooler must then pool by session).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "server_side_binding", env.bool("DATABASE_SERVER_SIDE_BINDING", default=True)
+    )
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
