@@ -144,7 +144,8 @@ def resolve_base_url(base_url: str | None) -> str:
 class HTTPClient:
     """JSON requests to ``{base_url}/api/v1/`` with the API key, timeouts and retries.
 
-    The async side keeps two pools, so long polls never hold up new operations. Its clients are
+    The async side keeps a pool per kind of request ("api", "ops" for submits that stream their
+    outcome, "poll" for long polls), so waiting requests never hold up new operations. Its clients are
     created on first use, inside the event loop that uses them.
     """
 
@@ -157,6 +158,7 @@ class HTTPClient:
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         max_connections: int = 256,
+        max_inline_waits: int = 32,
         user_agent: str = "loopwright",
     ) -> None:
         self.base_url = resolve_base_url(base_url)
@@ -178,7 +180,20 @@ class HTTPClient:
             transport=sync_transport,
         )
         self._aclients: dict[str, httpx.AsyncClient] = {}
+        self._inline_waits_left = max_inline_waits
         self._closed = False
+
+    def take_inline_wait(self) -> bool:
+        """Reserve one of the responses this client may hold open for an operation's outcome
+        (called on the event loop thread only); False when all are taken."""
+        if self._inline_waits_left <= 0:
+            return False
+        self._inline_waits_left -= 1
+        return True
+
+    def release_inline_wait(self) -> None:
+        """Give back what ``take_inline_wait`` reserved."""
+        self._inline_waits_left += 1
 
     def _aclient(self, pool: str) -> httpx.AsyncClient:
         client = self._aclients.get(pool)
@@ -281,6 +296,54 @@ class HTTPClient:
             delay = attempts.after_response(response, passthrough)
             if delay is None:
                 return _finish(response, passthrough)
+            await asyncio.sleep(delay)
+
+    async def astream(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None = None,
+        pool: str = "api",
+    ) -> httpx.Response:
+        """Like ``arequest``, but a 2xx answer comes back unread: the caller reads its body as it
+        arrives (``aiter_lines``) and must ``aclose`` it. Error answers are read and raised, and
+        retried as ``arequest`` retries them."""
+        client = self._aclient(pool)
+        content = self._encode(body)
+        sent = {"Content-Type": "application/json", **(headers or {})}
+        attempts = _Attempts(self.retry, True)
+        request_timeout = (
+            httpx.Timeout(timeout, pool=None) if timeout is not None else httpx.USE_CLIENT_DEFAULT
+        )
+        while True:
+            try:
+                request = client.build_request(
+                    method, path, content=content, headers=sent, timeout=request_timeout
+                )
+                response = await client.send(request, stream=True)
+            except httpx.TransportError as exc:
+                delay = attempts.after_error(exc)
+                if delay is None:
+                    raise _connection_error(exc, method, path) from exc
+                await asyncio.sleep(delay)
+                continue
+            if response.status_code < 400:
+                return response
+            try:
+                await response.aread()
+            except httpx.TransportError as exc:
+                delay = attempts.after_error(exc)
+                if delay is None:
+                    raise _connection_error(exc, method, path) from exc
+            else:
+                delay = attempts.after_response(response, ())
+                if delay is None:
+                    raise status_error(response)
+            finally:
+                await response.aclose()
             await asyncio.sleep(delay)
 
     def download(

@@ -16,7 +16,7 @@ from ._loop import EventLoopThread
 from ._ordering import Ticket
 from ._session import Heartbeat
 from .errors import APIResponseValidationError
-from .futures import APIFuture, poll_future, send_request
+from .futures import APIFuture, Submitted, await_future, send_request
 
 __all__ = ["Runtime", "wire"]
 
@@ -61,8 +61,8 @@ class Runtime:
         """POST an operation now and poll its future in the background."""
 
         async def run() -> T:
-            request_id = await send_request(self.http, path, body)
-            return await poll_future(self.http, request_id, parse)
+            sent = await send_request(self.http, path, body)
+            return await await_future(self.http, sent, parse)
 
         return self.submit(run())
 
@@ -90,14 +90,13 @@ class Runtime:
                 )
             finally:
                 ticket.done_sending()
-            request_ids: list[str] = []
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                request_ids.append(outcome)
-            results = await asyncio.gather(
-                *(poll_future(self.http, rid, parse) for rid in request_ids)
-            )
+            sent = [o for o in outcomes if isinstance(o, Submitted)]
+            failed = [o for o in outcomes if isinstance(o, BaseException)]
+            if failed:
+                for s in sent:
+                    await s.close()  # their operations run on; this call fails as a whole
+                raise failed[0]
+            results = await asyncio.gather(*(await_future(self.http, s, parse) for s in sent))
             return combine(list(results))
 
         return self.submit(run())

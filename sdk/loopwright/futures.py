@@ -8,21 +8,34 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Generic, TypeVar
 
+import httpx
 from pydantic import ValidationError
 
 from ._http import POLL_TIMEOUT, HTTPClient
-from .errors import APIResponseValidationError, LoopwrightError, RequestFailedError
+from .errors import (
+    APIResponseValidationError,
+    LoopwrightError,
+    RequestFailedError,
+)
 from .types import UntypedAPIFuture
 
 logger = logging.getLogger("loopwright")
 
-__all__ = ["APIFuture", "CombinedAPIFuture", "poll_future", "send_request"]
+__all__ = [
+    "APIFuture",
+    "CombinedAPIFuture",
+    "Submitted",
+    "await_future",
+    "poll_future",
+    "send_request",
+]
 
 T = TypeVar("T")
 
@@ -130,11 +143,112 @@ def _parse(parse: Callable[[Any], T], data: Any, what: str) -> T:
         raise APIResponseValidationError(f"unexpected answer for {what}: {exc}") from exc
 
 
-async def send_request(http: HTTPClient, path: str, body: Any) -> str:
-    """POST an operation; returns the request_id of the future the server answers with."""
-    response = await http.arequest("POST", path, body=body)
-    handle = _parse(UntypedAPIFuture.model_validate, response.json(), path)
-    return handle.request_id
+INLINE_WAIT_SECONDS = 25
+"""How long a submit asks the server to hold its answer open for the outcome (``Prefer: wait``)."""
+
+_NDJSON = "application/x-ndjson"
+
+
+class Submitted:
+    """A sent operation: its request_id and, when the server streams it, the outcome to come on
+    the same response (one request per operation instead of a submit and a retrieve_future)."""
+
+    def __init__(
+        self,
+        request_id: str,
+        response: Any = None,
+        lines: Any = None,
+        release: Callable[[], None] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self._response = response
+        self._lines = lines
+        self._release = release
+
+    async def outcome(self) -> Any:
+        """The streamed answer's data; None when there is none (not streamed, or the stream
+        broke: the operation exists, so polling its future picks it up)."""
+        if self._response is None:
+            return None
+        try:
+            line = await anext(self._lines, None)
+            async for _ in self._lines:  # to the end, so the connection goes back to the pool
+                pass
+            return json.loads(line) if line else None
+        except (httpx.HTTPError, ValueError):
+            logger.debug("the streamed answer of %s broke off; polling it", self.request_id)
+            return None
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Let go of the streamed response (the operation goes on; its future can be polled)."""
+        response, self._response = self._response, None
+        if response is not None:
+            try:
+                await response.aclose()
+            finally:
+                if self._release is not None:
+                    self._release()
+
+
+async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
+    """POST an operation; returns the future the server answers with.
+
+    While the client holds fewer than ``HTTPClient.max_inline_waits`` such answers open, it asks
+    for the outcome on the same response (``Prefer: wait``); beyond that (a large fan-out of
+    samples, say) submits come back at once and are polled, so none waits for a connection.
+    """
+    if not http.take_inline_wait():
+        response = await http.arequest("POST", path, body=body)
+        return Submitted(_handle(response.json(), path).request_id)
+    try:
+        response = await http.astream(
+            "POST",
+            path,
+            body=body,
+            headers={"Prefer": f"wait={INLINE_WAIT_SECONDS}"},
+            timeout=max(POLL_TIMEOUT, http.timeout),
+            pool="ops",
+        )
+    except BaseException:
+        http.release_inline_wait()
+        raise
+    try:
+        if response.headers.get("content-type", "").split(";")[0].strip() != _NDJSON:
+            await response.aread()  # a server that answers with the handle alone
+            await response.aclose()
+            http.release_inline_wait()
+            return Submitted(_handle(response.json(), path).request_id)
+        lines = response.aiter_lines()
+        first = await anext(lines, None)
+        handle = _handle(json.loads(first) if first else None, path)
+    except httpx.TransportError:
+        # The handle never came: send it again the plain way, retried as any request is (the
+        # server answers a retry with the same operation: seq_ids make it idempotent).
+        await response.aclose()
+        http.release_inline_wait()
+        response = await http.arequest("POST", path, body=body)
+        return Submitted(_handle(response.json(), path).request_id)
+    except BaseException as exc:
+        await response.aclose()
+        http.release_inline_wait()
+        if isinstance(exc, ValueError):
+            raise APIResponseValidationError(f"unexpected answer for {path}: {exc}") from exc
+        raise
+    return Submitted(handle.request_id, response, lines, http.release_inline_wait)
+
+
+def _handle(data: Any, path: str) -> UntypedAPIFuture:
+    return _parse(UntypedAPIFuture.model_validate, data, path)
+
+
+async def await_future(http: HTTPClient, sent: Submitted, parse: Callable[[Any], T]) -> T:
+    """The operation's result: from its streamed answer when it came with one, else polled."""
+    data = await sent.outcome()
+    if data is None or (isinstance(data, dict) and data.get("type") == "try_again"):
+        return await poll_future(http, sent.request_id, parse)
+    return _settle(data, sent.request_id, parse)
 
 
 def _queue_reason(response: Any) -> str | None:
@@ -176,11 +290,16 @@ async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], 
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, POLL_BACKOFF_MAX)
             continue
-        if isinstance(data, dict) and "error" in data:
-            category = data.get("category")
-            raise RequestFailedError(
-                str(data["error"]),
-                category if category in ("user", "server") else "unknown",
-                request_id,
-            )
-        return _parse(parse, data, f"request {request_id}")
+        return _settle(data, request_id, parse)
+
+
+def _settle(data: Any, request_id: str, parse: Callable[[Any], T]) -> T:
+    """A finished future's answer: its parsed result, or RequestFailedError if it failed."""
+    if isinstance(data, dict) and "error" in data:
+        category = data.get("category")
+        raise RequestFailedError(
+            str(data["error"]),
+            category if category in ("user", "server") else "unknown",
+            request_id,
+        )
+    return _parse(parse, data, f"request {request_id}")

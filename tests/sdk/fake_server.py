@@ -75,6 +75,19 @@ class Fault:
     drop_after: bool = False
 
 
+class _Lines(httpx.AsyncByteStream):
+    """A streamed body; ``broken``: the connection is lost after the lines."""
+
+    def __init__(self, lines: list[bytes], broken: bool) -> None:
+        self.lines, self.broken = lines, broken
+
+    async def __aiter__(self):
+        for line in self.lines:
+            yield line
+        if self.broken:
+            raise httpx.ReadError("connection lost")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat()
 
@@ -103,6 +116,11 @@ class FakeServer:
         self.op_failures: dict[str, list[OpFailed]] = {}
         self.ids = itertools.count(1)
         self.hold = False
+        # Prefer: wait (answers with the outcome on the submit's own response, as NDJSON)
+        self.streams = False
+        self.streamed: list[str] = []  # the paths whose answers carried their outcome
+        self.stream_pending = 0  # the next streamed answers say try_again instead
+        self.cut_streams = 0  # the next streamed answers break off after the handle
         self.transport = httpx.MockTransport(self.handle)
 
     # -- test controls -------------------------------------------------------------------------
@@ -141,7 +159,34 @@ class FakeServer:
             response = self._answer(request, path, body)
             if fault is not None:
                 raise httpx.RemoteProtocolError("connection lost", request=request)
+            if self.streams and "wait=" in request.headers.get("Prefer", ""):
+                return self._streamed(path, response)
             return response
+
+    def _streamed(self, path: str, response: httpx.Response) -> httpx.Response:
+        """A future's handle, then its outcome as the server has it after waiting for it."""
+        handle = response.json() if response.status_code == 200 else None
+        if not isinstance(handle, dict) or "request_id" not in handle:
+            return response
+        op = self.ops[handle["request_id"]]
+        if self.stream_pending:
+            self.stream_pending -= 1
+            outcome: Any = {"type": "try_again", "request_id": op.request_id}
+        else:
+            if op.outcome is None and not self.hold:
+                op.polls_left = 0
+                if op.model_id is not None and op.seq_id is not None:
+                    self._advance(self.models[op.model_id])
+                else:
+                    self._complete(op)
+            outcome = op.outcome or {"type": "try_again", "request_id": op.request_id}
+        self.streamed.append(path)
+        lines = [json.dumps(handle).encode() + b"\n", json.dumps(outcome).encode() + b"\n"]
+        if self.cut_streams:
+            self.cut_streams -= 1
+            lines = [lines[0]]
+        stream = _Lines(lines, broken=len(lines) == 1)
+        return httpx.Response(200, headers={"Content-Type": "application/x-ndjson"}, stream=stream)
 
     def _answer(self, request: httpx.Request, path: str, body: Any) -> httpx.Response:
         try:

@@ -11,10 +11,10 @@ from rest_framework.response import Response
 
 from controlplane.iam.resources import session_arn
 from controlplane.training_sessions import notify, selectors
-from controlplane.training_sessions.models import Operation
 from loopwright.types import FutureRetrieveRequest
 
-from ..parsing import allow, parse, public, tenant_of
+from ..answers import finished_body
+from ..parsing import allow, parse, tenant_of
 
 
 @api_view(["POST"])
@@ -23,12 +23,5 @@ def retrieve_future(request: Request) -> Response:
     op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
     allow(request, "sessions:RetrieveFuture", session_arn(tenant_of(request), op.session_id))
     op = notify.wait_finished(op, time.monotonic() + settings.LONG_POLL_SECONDS)
-    if op.status == Operation.Status.DONE:
-        return Response(public(op.result))
-    if op.status == Operation.Status.FAILED:
-        return Response({"error": op.error, "category": op.error_category or "server"})
-    state, reason = selectors.operation_queue_state(op)
-    body = {"type": "try_again", "request_id": op.id, "queue_state": state}
-    if reason:
-        body["queue_state_reason"] = reason  # e.g. why its model still waits for a worker
-    return Response(body, status=408)
+    body, status = finished_body(op)
+    return Response(body, status=status)

@@ -15,19 +15,11 @@ from loopwright.types import (
     CreateModelRequest,
     GetInfoRequest,
     UnloadModelRequest,
-    UntypedAPIFuture,
     WeightsInfoRequest,
 )
 
+from ..answers import future
 from ..parsing import allow, parse, query_int, tenant_of
-
-
-def future(op, model_id: str | None = None) -> Response:
-    return Response(
-        UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(
-            mode="json", exclude_none=True
-        )
-    )
 
 
 def placement_json(m: TrainingModel) -> dict:
@@ -58,7 +50,7 @@ def create_model(request: Request) -> Response:
         lora=lora,
         user_metadata=req.user_metadata,
     )
-    return future(op, op.model_id)
+    return future(request, op, op.model_id)
 
 
 @api_view(["POST"])
@@ -91,7 +83,8 @@ def unload_model(request: Request) -> Response:
     req = parse(request, UnloadModelRequest)
     allow(request, "sessions:UnloadModel", model_arn(tenant_of(request), req.model_id))
     model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
-    return future(submit.model_unload(tenant=tenant_of(request), model=model), model.id)
+    op = submit.model_unload(tenant=tenant_of(request), model=model)
+    return future(request, op, model.id)
 
 
 @api_view(["POST"])

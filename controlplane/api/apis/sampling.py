@@ -13,8 +13,8 @@ from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.services import submit
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
+from ..answers import future
 from ..parsing import allow, parse, tenant_of
-from .models import future
 
 
 @api_view(["POST"])
@@ -49,7 +49,7 @@ def asample(request: Request) -> Response:
             seq_id=req.seq_id,
             payload=payload,
         )
-    return future(op)
+        return future(request, op)  # its RetrieveFuture decision is audited in the same commit
 
 
 @api_view(["GET"])

@@ -24,8 +24,8 @@ from loopwright.types import (
     SaveWeightsRequest,
 )
 
+from ..answers import future
 from ..parsing import allow, parse, tenant_of
-from .models import future
 
 EPHEMERAL_TTL_SECONDS = 24 * 3600
 
@@ -79,7 +79,7 @@ def _submit(request: Request, req, kind: str, plan=None) -> Response:
         payload=payload,
         plan=plan,
     )
-    return future(op, req.model_id)
+    return future(request, op, req.model_id)
 
 
 @api_view(["POST"])

@@ -1,0 +1,99 @@
+"""What an operation's future answers: the handle a submit returns, the finished result (or the
+try-again) that ``retrieve_future`` returns, and both in one streamed response for a client that
+asks for it with ``Prefer: wait=N`` (RFC 7240).
+
+A streamed submit is NDJSON: the handle's line is sent as soon as the operation is committed
+(so the client can send its next request), then the line that ``retrieve_future`` would have
+answered, once the operation finishes or ``N`` seconds pass (a ``try_again`` line, after which
+the client long-polls as usual). It saves the client a ``retrieve_future`` request per
+operation; the official tinker SDK never asks and gets the plain handle.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.iam.resources import session_arn
+from controlplane.training_sessions import notify, selectors
+from controlplane.training_sessions.models import Operation
+from loopwright.types import UntypedAPIFuture
+
+from .parsing import public
+
+CONTENT_TYPE = "application/x-ndjson"
+_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d+(?:\.\d+)?)\"?", re.IGNORECASE)
+
+
+def handle_body(op: Operation, model_id: str | None = None) -> dict:
+    return UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(
+        mode="json", exclude_none=True
+    )
+
+
+def finished_body(op: Operation) -> tuple[dict, int]:
+    """The answer for ``op`` as it stands: its result (200), its error (200 ``{error,
+    category}``) or, still pending, a try-again naming how it waits (408)."""
+    if op.status == Operation.Status.DONE:
+        return public(op.result), 200
+    if op.status == Operation.Status.FAILED:
+        return {"error": op.error, "category": op.error_category or "server"}, 200
+    state, reason = selectors.operation_queue_state(op)
+    body = {"type": "try_again", "request_id": op.id, "queue_state": state}
+    if reason:
+        body["queue_state_reason"] = reason  # e.g. why its model still waits for a worker
+    return body, 408
+
+
+def wait_preference(request: Request) -> float | None:
+    """The seconds of a ``Prefer: wait=N`` header, capped at the long poll's; None without."""
+    match = _WAIT.search(request.META.get("HTTP_PREFER", ""))
+    if match is None:
+        return None
+    return min(float(match.group(1)), settings.LONG_POLL_SECONDS)
+
+
+def future(request: Request, op: Operation, model_id: str | None = None):
+    """A submit's answer: the handle, followed by the outcome when the caller prefers to wait
+    and may retrieve the future (else it gets the handle alone and polls, as tinker does)."""
+    body = handle_body(op, model_id)
+    wait = wait_preference(request)
+    if wait is None or not _may_retrieve(request, op):
+        return Response(body)
+    response = StreamingHttpResponse(_lines(op, body, wait), content_type=CONTENT_TYPE)
+    response["Preference-Applied"] = f"wait={wait:g}"
+    response["Cache-Control"] = "no-store"
+    response["X-Accel-Buffering"] = "no"  # a proxy in front passes each line as it comes
+    return response
+
+
+def _may_retrieve(request: Request, op: Operation) -> bool:
+    """Whether the caller may retrieve the future it just created. Allowed, it is part of the
+    submit this request already recorded in the audit log; refused, it is recorded too."""
+    from controlplane.iam.access import check
+
+    arn = session_arn(request.user.tenant, op.session_id)
+    decision = check(
+        request.user, "sessions:RetrieveFuture", arn, request=request, audit_allowed=False
+    )
+    return decision.allowed
+
+
+def _lines(op: Operation, handle: dict, wait: float) -> Iterator[bytes]:
+    # Runs once the view has returned, so after the operation's commit: the handle goes out at
+    # once, then the wait, outside any transaction.
+    yield _line(handle)
+    deadline = time.monotonic() + wait
+    op = notify.wait_finished(op, deadline)
+    yield _line(finished_body(op)[0])
+
+
+def _line(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
