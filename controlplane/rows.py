@@ -51,6 +51,13 @@ def insert(instance: models.Model) -> None:
     instance._state.db = connection.alias
 
 
+def insert_columns(model: type[models.Model]) -> str:
+    """The quoted table and column list an INSERT of ``model`` names, as ``table (a, b, …)``;
+    ``insert_values`` gives their values in the same order (no automatic primary key)."""
+    _, fields, _ = _insert_sql(model)
+    return f"{_q(model._meta.db_table)} ({', '.join(_q(f.column) for f in fields)})"
+
+
 def insert_values(instance: models.Model) -> list:
     """The values of ``insert_columns``, ready for the database (auto fields filled in)."""
     _, fields, _ = _insert_sql(type(instance))

@@ -60,14 +60,33 @@ def wait_preference(request: Request) -> float | None:
     return min(float(match.group(1)), settings.LONG_POLL_SECONDS)
 
 
-def future(request: Request, op: Operation, model_id: str | None = None):
+def expect(request: Request, request_id: str) -> notify.Waiter | None:
+    """Before an operation ``request_id`` is inserted: listen for its outcome if the caller
+    prefers to wait for it (then the wait needs no look at the row). Give the waiter to
+    ``future``, or to ``forget`` if the operation does not go in."""
+    return notify.expect(request_id) if wait_preference(request) is not None else None
+
+
+def forget(request_id: str, waiter: notify.Waiter | None) -> None:
+    notify.forget(request_id, waiter)
+
+
+def future(
+    request: Request,
+    op: Operation,
+    model_id: str | None = None,
+    waiter: notify.Waiter | None = None,
+):
     """A submit's answer: the handle, followed by the outcome when the caller prefers to wait
     and may retrieve the future (else it gets the handle alone and polls, as tinker does)."""
     body = handle_body(op, model_id)
     wait = wait_preference(request)
     if wait is None or not _may_retrieve(request, op):
+        forget(op.pk, waiter)
         return Response(body)
-    response = StreamingHttpResponse(_lines(op, body, wait), content_type=CONTENT_TYPE)
+    response = StreamingHttpResponse(_lines(op, body, wait, waiter), content_type=CONTENT_TYPE)
+    # closed before the wait ended (or began): stop listening for it (else a no-op)
+    response._resource_closers.append(lambda: forget(op.pk, waiter))
     response["Preference-Applied"] = f"wait={wait:g}"
     response["Cache-Control"] = "no-store"
     response["X-Accel-Buffering"] = "no"  # a proxy in front passes each line as it comes
@@ -86,12 +105,14 @@ def _may_retrieve(request: Request, op: Operation) -> bool:
     return decision.allowed
 
 
-def _lines(op: Operation, handle: dict, wait: float) -> Iterator[bytes]:
+def _lines(
+    op: Operation, handle: dict, wait: float, waiter: notify.Waiter | None
+) -> Iterator[bytes]:
     # Runs once the view has returned, so after the operation's commit: the handle goes out at
     # once, then the wait, outside any transaction.
     yield _line(handle)
     deadline = time.monotonic() + wait
-    op = notify.wait_finished(op, deadline)
+    op = notify.wait_finished(op, deadline, waiter)
     yield _line(finished_body(op)[0])
 
 

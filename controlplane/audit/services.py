@@ -17,7 +17,7 @@ from controlplane.tenants.models import Tenant
 from .models import AuditEvent
 
 
-def audit_record(
+def audit_event(
     *,
     tenant: Tenant,
     principal: str,
@@ -33,7 +33,9 @@ def audit_record(
     user_agent: str = "",
     api_key: str = "",
 ) -> AuditEvent:
-    event = AuditEvent(
+    """An audit row, not yet written (``audit_record`` writes one; the hot submit path writes it
+    in the statement that inserts the operation)."""
+    return AuditEvent(
         tenant=tenant,
         principal=principal[:400],
         action=action[:100],
@@ -48,6 +50,15 @@ def audit_record(
         user_agent=user_agent[:400],
         api_key=api_key,
     )
+
+
+def audit_record(**fields) -> AuditEvent:
+    """Write an audit row (the fields of ``audit_event``)."""
+    return audit_save(audit_event(**fields))
+
+
+def audit_save(event: AuditEvent) -> AuditEvent:
+    """Write an audit row made by ``audit_event``."""
     rows.insert(event)
     held = _held.get()
     if held is not None:

@@ -9,7 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.audit.services import audit_record
+from controlplane.audit.models import AuditEvent
+from controlplane.audit.services import audit_event, audit_save
 from controlplane.errors import AccessDenied
 
 from .actions import ACTIONS
@@ -53,26 +54,21 @@ def request_context(principal: Principal, request=None) -> dict[str, Any]:
     return context
 
 
-def check(
+def decide(
     principal: Principal,
     action: str,
     resource: str,
     *,
     request=None,
     context: Mapping[str, Any] | None = None,
-    audit_allowed: bool = True,
-) -> Decision:
-    """Decide and audit, without raising. ``audit_allowed=False``: an allowed decision is not
-    recorded (a dashboard's automatic refresh of what its audited page view showed); a refused
-    one always is."""
+) -> tuple[Decision, AuditEvent]:
+    """The decision and its audit row, not yet written (``check`` writes it)."""
     assert action in ACTIONS, f"undocumented action {action}"
     values = request_context(principal, request) | dict(context or {})
     decision = evaluate(
         principal.policies(), AccessRequest(action, resource, principal.arn, values)
     )
-    if decision.allowed and not audit_allowed:
-        return decision
-    audit_record(
+    event = audit_event(
         tenant=principal.tenant,
         principal=principal.arn,
         action=action,
@@ -87,6 +83,25 @@ def check(
         user_agent=str(values.get("loopwright:UserAgent", "")),
         api_key=principal.api_key.prefix if principal.api_key else "",
     )
+    return decision, event
+
+
+def check(
+    principal: Principal,
+    action: str,
+    resource: str,
+    *,
+    request=None,
+    context: Mapping[str, Any] | None = None,
+    audit_allowed: bool = True,
+) -> Decision:
+    """Decide and audit, without raising. ``audit_allowed=False``: an allowed decision is not
+    recorded (a dashboard's automatic refresh of what its audited page view showed); a refused
+    one always is."""
+    decision, event = decide(principal, action, resource, request=request, context=context)
+    if decision.allowed and not audit_allowed:
+        return decision
+    audit_save(event)
     return decision
 
 

@@ -19,6 +19,15 @@ def next_month(month: date) -> date:
     return date(month.year + month.month // 12, month.month % 12 + 1, 1)
 
 
+def budget_exhausted(*, tenant: Tenant) -> bool:
+    """Whether ``token_budget_check`` would refuse the tenant now."""
+    try:
+        token_budget_check(tenant=tenant)
+    except BudgetExhausted:
+        return True
+    return False
+
+
 def token_budget_check(*, tenant: Tenant, now: float | None = None) -> None:
     """402 once the tenant's tokens this month reach its budget; nothing when it has none."""
     budget = limits_for(tenant).monthly_token_budget

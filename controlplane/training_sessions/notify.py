@@ -62,11 +62,15 @@ def parse_notice(payload: str) -> tuple[str, dict | None]:
 
 
 class Waiter:
-    """One request waiting for an operation: woken by its notice, holding the state it carried."""
+    """One request waiting for an operation: woken by its notice, holding the state it carried.
+
+    ``listening``: LISTEN was in place when it registered, so no notice sent after that is
+    missed (one registered before the operation's insert commits needs no look at the row)."""
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.state: dict | None = None
+        self.listening = False
 
     def wake(self, state: dict | None) -> None:
         if state is not None:
@@ -87,7 +91,8 @@ class _Listener:
         with self._lock:
             self._waiting[request_id].append(waiter)
             self._start()
-        self._ready.wait(2.0)  # LISTEN is in place (or the waiter falls back to periodic looks)
+        # LISTEN is in place (or the waiter falls back to periodic looks)
+        waiter.listening = self._ready.wait(2.0)
         return waiter
 
     def ensure_listening(self) -> bool:
@@ -160,18 +165,37 @@ class _Listener:
 listener = _Listener()
 
 
-def wait_finished(op: Operation, deadline: float) -> Operation:
+def expect(request_id: str) -> Waiter | None:
+    """Listen for an operation about to be inserted (None where there are no notices): its
+    waiter hears every notice, so ``wait_finished`` need not look at the row first. Pass it to
+    ``wait_finished``, or to ``forget`` if the operation never goes in."""
+    return listener.register(request_id) if available() else None
+
+
+def forget(request_id: str, waiter: Waiter | None) -> None:
+    if waiter is not None:
+        listener.unregister(request_id, waiter)
+
+
+def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) -> Operation:
     """``op`` once it has finished, or as it stands at ``deadline`` (monotonic).
 
     Woken by the operation's notice where there is one (with the finished state in it, the row
     is not read again); else it looks at the row, tightly at first, then backing off.
+    ``waiter``: from ``expect``, registered before the operation was inserted.
     """
     if not available():
         return _wait_polling(op, deadline)
-    waiter = listener.register(op.pk)
+    expected = waiter is not None and waiter.listening
+    if waiter is None:
+        waiter = listener.register(op.pk)
     try:
-        # Look again now that we listen: a notice sent before registering is not missed.
-        op.refresh_from_db(fields=_FIELDS)
+        if waiter.state is not None:  # its notice came already
+            for name, value in waiter.state.items():
+                setattr(op, name, value)
+        elif not expected:
+            # Look again now that we listen: a notice sent before registering is not missed.
+            op.refresh_from_db(fields=_FIELDS)
         while op.status not in Operation.FINISHED:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

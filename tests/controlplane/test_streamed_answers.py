@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from controlplane.audit.models import AuditEvent
 
@@ -147,3 +149,21 @@ def test_a_streamed_submit_is_audited_once(alice, runtime) -> None:
     lines(r)
     new = AuditEvent.objects.order_by("id")[before:]
     assert [(e.action, e.allowed) for e in new] == [("sessions:ForwardBackward", True)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_outcome_comes_from_the_notice_without_reading_the_row(
+    settings, alice, runtime
+) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("notices are PostgreSQL's")
+    settings.NOTIFY_ON_COMPLETION = True
+    settings.LONG_POLL_SECONDS = 10
+    mid = create_model(alice, runtime, open_session(alice))
+    r = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3])]), **WAIT)
+    runtime.drain()  # its notice reaches the listener, which was listening before the insert
+    with CaptureQueriesContext(connection) as queries:
+        handle, outcome = lines(r)
+    assert outcome["metrics"]["tokens:sum"] == 3.0
+    assert [q["sql"] for q in queries] == []
+    assert outcome == retrieved(alice, handle["request_id"])

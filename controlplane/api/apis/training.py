@@ -11,10 +11,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
+from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
+from controlplane.quotas.budget import budget_exhausted
 from controlplane.training_sessions.errors import SessionError
-from controlplane.training_sessions.models import Checkpoint, Operation
-from controlplane.training_sessions.services import checkpoint_plans, submit
+from controlplane.training_sessions.models import Checkpoint, Operation, new_id
+from controlplane.training_sessions.services import checkpoint_plans, step_submit, submit
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -24,6 +26,7 @@ from loopwright.types import (
     SaveWeightsRequest,
 )
 
+from .. import answers
 from ..answers import future
 from ..parsing import allow, parse, tenant_of
 
@@ -31,11 +34,16 @@ EPHEMERAL_TTL_SECONDS = 24 * 3600
 
 
 def sequenced(kind: str):
-    """A refused training request still uses up its seq_id (see submit.training_reject)."""
+    """A refused training request still uses up its seq_id (see submit.training_reject).
+
+    A training step (forward, forward_backward, optim_step) first tries the one-statement
+    submit; whatever it does not take goes the general way, which answers as it always has."""
 
     def wrap(view):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
+            if kind in STEPS and (answered := _step(request, kind)) is not None:
+                return answered
             try:
                 with audited_transaction():  # the audit row and the operation: one commit
                     body = request.data if isinstance(request.data, dict) else {}
@@ -67,6 +75,56 @@ ACTIONS = {
     Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER: "sessions:SaveWeightsForSampler",
     Operation.Kind.LOAD_WEIGHTS: "sessions:LoadWeights",
 }
+
+
+STEPS = {
+    Operation.Kind.FORWARD: ForwardRequest,
+    Operation.Kind.FORWARD_BACKWARD: ForwardBackwardRequest,
+    Operation.Kind.OPTIM_STEP: OptimStepRequest,
+}
+
+
+def _step(request: Request, kind: str) -> Response | None:
+    """A training step submitted in one statement (``step_submit``), with its audit row; None
+    when that does not apply or does not take it, and nothing was written."""
+    if not step_submit.available():
+        return None
+    body = request.data
+    if not isinstance(body, dict):
+        return None
+    try:
+        req = STEPS[kind].model_validate(body)
+    except ValidationError:
+        return None
+    if not isinstance(req.seq_id, int) or req.seq_id < 1:
+        return None
+    tenant = tenant_of(request)
+    decision, audit = decide(
+        request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request
+    )
+    if not decision.allowed:
+        return None
+    if kind in submit.TOKEN_KINDS and budget_exhausted(tenant=tenant):
+        return None
+    request_id = new_id("req")
+    waiter = answers.expect(request, request_id)
+    op = None
+    try:
+        op = step_submit.training_step_submit(
+            tenant=tenant,
+            model_id=req.model_id,
+            seq_id=req.seq_id,
+            kind=kind,
+            payload=req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"}),
+            audit=audit,
+            request_id=request_id,
+        )
+    finally:
+        if op is None:
+            answers.forget(request_id, waiter)
+    if op is None:
+        return None
+    return answers.future(request, op, req.model_id, waiter)
 
 
 def _submit(request: Request, req, kind: str, plan=None) -> Response:

@@ -1,0 +1,149 @@
+"""A training step's submit as one statement, for the requests that make up a training loop
+(forward, forward_backward, optim_step with their next ``seq_id``, on PostgreSQL).
+
+The statement locks the model's row, checks everything ``submit.training_submit`` checks before
+it inserts (the model and its session take operations, the ``seq_id`` is not behind the model
+and not taken), inserts the operation (whose trigger wakes the worker), writes the request's
+audit row and the signs of life, and commits on its own: one round trip and one disk flush. It
+either does all of that or nothing at all; then the caller takes the general path, which
+finds and reports whatever stopped it (or answers a retry with its operation), exactly as if
+this had not been tried.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from functools import cache
+
+from django.db import IntegrityError, connection
+from django.utils import timezone
+
+from controlplane import rows
+from controlplane.audit.models import AuditEvent
+from controlplane.fleet.models import Worker
+from controlplane.tenants.models import Tenant
+
+from ..models import Operation, Session, TrainingModel, new_id
+from .submit import OPEN_STATES, TOUCH_SECONDS, digest
+
+READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
+# what the statement fills in from the model's row rather than from a value
+_FROM_MODEL = {
+    "session": "m.session_id",
+    "model": "m.id",
+    "worker": "m.worker_id",
+    "plan": "jsonb_build_object('adapter', m.id, 'base_model', m.base_model)",
+}
+
+
+def available() -> bool:
+    """Whether this path can be taken here: PostgreSQL, outside any transaction (the statement
+    commits by itself)."""
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def training_step_submit(
+    *,
+    tenant: Tenant,
+    model_id: str,
+    seq_id: int,
+    kind: str,
+    payload: dict,
+    audit: AuditEvent,
+    request_id: str | None = None,
+) -> Operation | None:
+    """The operation, inserted and committed with ``audit``; None when the statement changed
+    nothing (a missing or stopped model, a ``seq_id`` behind it or already used, a concurrent
+    insert of the same ``seq_id``): the general path then says why."""
+    now = timezone.now()
+    op = Operation(
+        id=request_id or new_id("req"),
+        tenant=tenant,
+        seq_id=seq_id,
+        kind=kind,
+        payload=payload,
+        payload_digest=digest(payload),
+        created_at=now,
+    )
+    stale = now - timedelta(seconds=TOUCH_SECONDS)
+    tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
+    params = [
+        tenant_id,
+        model_id,
+        *READY_STATES,
+        *OPEN_STATES,
+        seq_id,
+        seq_id,
+        *_operation_values(op),
+        *rows.insert_values(audit),
+        now,
+        stale,
+        now,
+        stale,
+    ]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_statement(), params)
+            row = cursor.fetchone()
+    except IntegrityError:  # the same seq_id, inserted at the same moment by a retry
+        return None
+    if row is None:
+        return None
+    session_id, worker_id, queue, base_model = row
+    op.session_id, op.model_id, op.worker_id = session_id, model_id, worker_id
+    op.plan = {"adapter": model_id, "base_model": base_model}  # as the statement wrote it
+    if worker_id is not None:
+        op.worker = Worker(id=worker_id, queue=queue)
+    op._state.adding = False
+    op._state.db = connection.alias
+    audit._state.adding = False
+    return op
+
+
+def _operation_values(op: Operation) -> list:
+    return [
+        f.get_db_prep_save(f.pre_save(op, True), connection)
+        for f in Operation._meta.concrete_fields
+        if f.name not in _FROM_MODEL
+    ]
+
+
+@cache
+def _statement() -> str:
+    q = connection.ops.quote_name
+    ops, models = q(Operation._meta.db_table), q(TrainingModel._meta.db_table)
+    sessions, workers = q(Session._meta.db_table), q(Worker._meta.db_table)
+    fields = Operation._meta.concrete_fields
+    columns = ", ".join(q(f.column) for f in fields)
+    values = ", ".join(_FROM_MODEL[f.name] if f.name in _FROM_MODEL else _param(f) for f in fields)
+    audit_fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
+    audit_values = ", ".join(_param(f) for f in audit_fields)
+    return f"""
+        WITH m AS (
+            SELECT m.id, m.session_id, m.worker_id, m.base_model, m.last_request_at,
+                   s.last_heartbeat_at
+            FROM {models} m JOIN {sessions} s ON s.id = m.session_id
+            WHERE m.tenant_id = %s AND m.id = %s AND m.state IN (%s, %s)
+              AND s.state IN (%s, %s) AND m.next_seq <= %s
+              AND NOT EXISTS (SELECT 1 FROM {ops} e WHERE e.model_id = m.id AND e.seq_id = %s)
+            FOR UPDATE OF m
+        ), op AS (
+            INSERT INTO {ops} ({columns}) SELECT {values} FROM m
+            RETURNING session_id, worker_id
+        ), audit AS (
+            INSERT INTO {rows.insert_columns(AuditEvent)} SELECT {audit_values} FROM op
+        ), touched AS (
+            UPDATE {models} t SET last_request_at = %s FROM m, op
+            WHERE t.id = m.id AND m.last_request_at < %s
+        ), beat AS (
+            UPDATE {sessions} t SET last_heartbeat_at = %s FROM m, op
+            WHERE t.id = m.session_id
+              AND (m.last_heartbeat_at IS NULL OR m.last_heartbeat_at < %s)
+        )
+        SELECT op.session_id, op.worker_id, w.queue, m.base_model
+        FROM op CROSS JOIN m LEFT JOIN {workers} w ON w.id = op.worker_id
+    """
+
+
+def _param(field) -> str:
+    return f"%s::{field.cast_db_type(connection)}"

@@ -1,0 +1,184 @@
+"""A training step's submit in one statement (``step_submit``): it writes exactly what the
+general path writes, or nothing at all, and everything it does not take is answered by the
+general path as before. The wire tests of training run here again, on this path: outside a
+test transaction, where the statement commits by itself."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from controlplane.audit.models import AuditEvent
+from controlplane.audit.services import audit_event
+from controlplane.iam.resources import model_arn
+from controlplane.training_sessions import notify
+from controlplane.training_sessions.models import Operation, Session, TrainingModel
+from controlplane.training_sessions.services import step_submit
+
+from .test_api_iam import test_an_inline_deny_stops_training_and_the_audit_log_says_why  # noqa: F401
+from .test_api_training import (  # noqa: F401
+    test_a_request_refused_on_arrival_does_not_block_later_ones,
+    test_bad_operation_fails_with_user_category_and_session_stays_usable,
+    test_out_of_order_and_duplicate_requests_run_once_in_seq_order,
+    test_training_flow_checkpoints_sampling_and_stop,
+    test_waiting_for_a_missing_seq_id,
+)
+from .test_token_budget import (  # noqa: F401
+    test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
+)
+from .wire import create_model, datum, fwdbwd, open_session, result
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+OPS = Operation._meta.db_table
+
+
+@pytest.fixture(autouse=True)
+def postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-statement submit is PostgreSQL's")
+
+
+def _same_fields(a, b, skip: set[str]) -> dict:
+    """The fields where two rows differ, but for ``skip``."""
+    return {
+        f.name: (getattr(a, f.attname), getattr(b, f.attname))
+        for f in type(a)._meta.concrete_fields
+        if f.name not in skip and getattr(a, f.attname) != getattr(b, f.attname)
+    }
+
+
+def test_it_writes_what_the_general_path_writes(alice, runtime, monkeypatch) -> None:
+    session = open_session(alice)
+    fast, general = (
+        create_model(alice, runtime, session, 0),
+        create_model(alice, runtime, session, 1),
+    )
+    long_ago = timezone.now() - timedelta(minutes=5)
+    TrainingModel.objects.filter(pk__in=[fast, general]).update(last_request_at=long_ago)
+    written = {}
+    for model_id, one_statement in ((fast, True), (general, False)):
+        Session.objects.filter(pk=session).update(last_heartbeat_at=long_ago)
+        monkeypatch.setattr(step_submit, "available", lambda one=one_statement: one)
+        before = AuditEvent.objects.count()
+        with CaptureQueriesContext(connection) as queries:
+            r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
+        assert r.status_code == 200, r.content
+        inserts = [q["sql"] for q in queries if f'INSERT INTO "{OPS}"' in q["sql"]]
+        assert len(inserts) == 1
+        if one_statement:  # the audit row and the signs of life are in that statement
+            assert 'INSERT INTO "audit_auditevent"' in inserts[0]
+            assert not any(
+                "audit_auditevent" in q["sql"] for q in queries if q["sql"] != inserts[0]
+            )
+        model = TrainingModel.objects.get(pk=model_id)
+        beat = Session.objects.get(pk=session).last_heartbeat_at
+        written[one_statement] = (
+            Operation.objects.get(pk=r.json()["request_id"]),
+            list(AuditEvent.objects.order_by("id")[before:]),
+            model.last_request_at > long_ago and beat > long_ago,
+        )
+    (op, audit, touched), (op2, audit2, touched2) = written[True], written[False]
+    assert op.plan == {"adapter": fast, "base_model": op.plan["base_model"]}
+    assert _same_fields(op, op2, {"id", "model", "plan", "created_at"}) == {}
+    assert op2.plan == {**op.plan, "adapter": general}
+    assert [e.action for e in audit] == [e.action for e in audit2] == ["sessions:ForwardBackward"]
+    assert _same_fields(audit[0], audit2[0], {"id", "at", "resource"}) == {}
+    assert (audit[0].resource, audit2[0].resource) == (
+        model_arn(alice.tenant, fast),
+        model_arn(alice.tenant, general),
+    )
+    assert touched and touched2
+    assert result(alice, runtime, {"request_id": op.pk})["metrics"]["tokens:sum"] == 3.0
+
+
+def test_what_it_does_not_take_it_leaves_untouched(alice, charlie, runtime) -> None:
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    assert alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1])])).status_code == 200
+    runtime.drain()
+    refused = {
+        "a seq_id behind the model": (alice, fwdbwd(model_id, 1, [datum([2])])),
+        "another tenant's model": (charlie, fwdbwd(model_id, 2, [datum([2])])),
+        "a model that does not exist": (alice, fwdbwd("model-nope", 2, [datum([2])])),
+    }
+    for why, (person, body) in refused.items():
+        audited, ops = AuditEvent.objects.count(), Operation.objects.count()
+        op = step_submit.training_step_submit(
+            tenant=person.tenant,
+            model_id=body["model_id"],
+            seq_id=body["seq_id"],
+            kind="forward_backward",
+            payload={"forward_backward_input": body["forward_backward_input"]},
+            audit=_audit(person, body["model_id"]),
+        )
+        assert op is None, why
+        assert (AuditEvent.objects.count(), Operation.objects.count()) == (audited, ops), why
+
+
+def test_a_concurrent_insert_of_the_same_seq_id_changes_nothing(alice, runtime) -> None:
+    """Another transaction holds the model and inserts the same seq_id meanwhile: the statement
+    waits for the lock, then its insert collides; nothing of it is written."""
+    model_id = create_model(alice, runtime, open_session(alice))
+    other = psycopg.connect(**notify.connect_params())
+    other.execute(
+        f"SELECT 1 FROM {TrainingModel._meta.db_table} WHERE id = %s FOR UPDATE", [model_id]
+    )
+    outcome: dict = {}
+
+    def submit() -> None:
+        try:
+            outcome["op"] = step_submit.training_step_submit(
+                tenant=alice.tenant,
+                model_id=model_id,
+                seq_id=1,
+                kind="forward_backward",
+                payload={
+                    "forward_backward_input": {"data": [datum([1])], "loss_fn": "cross_entropy"}
+                },
+                audit=_audit(alice, model_id),
+            )
+        finally:
+            connection.close()
+
+    audited = AuditEvent.objects.count()
+    thread = threading.Thread(target=submit)
+    thread.start()
+    try:
+        thread.join(0.5)
+        assert thread.is_alive()  # waiting for the model's lock
+        q = connection.ops.quote_name
+        columns = [q(f.column) for f in Operation._meta.concrete_fields]
+        copied = [{q("id"): "'req-other'", q("seq_id"): "1"}.get(c, c) for c in columns]
+        other.execute(
+            f"INSERT INTO {q(OPS)} ({', '.join(columns)}) SELECT {', '.join(copied)} "
+            f"FROM {q(OPS)} WHERE model_id = %s AND seq_id = 0",
+            [model_id],
+        )
+        other.commit()
+    finally:
+        other.close()  # (a failure above rolls back and lets the statement go on)
+    thread.join(10)
+    assert outcome == {"op": None}
+    assert list(
+        Operation.objects.filter(model_id=model_id, seq_id=1).values_list("id", flat=True)
+    ) == ["req-other"]
+    assert AuditEvent.objects.count() == audited
+
+
+def _audit(person, model_id: str) -> AuditEvent:
+    return audit_event(
+        tenant=person.tenant,
+        principal=f"arn:test:{person.name}",
+        action="sessions:ForwardBackward",
+        resource=model_arn(person.tenant, model_id),
+        allowed=True,
+        effect="Allow",
+        mutating=True,
+    )
