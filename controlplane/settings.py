@@ -91,12 +91,15 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-elif DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    # Parameters bound on the server: psycopg prepares the statements every call repeats once
-    # per connection, and PostgreSQL plans them once (a pooler must then pool by session).
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
-        "server_side_binding", env.bool("DATABASE_SERVER_SIDE_BINDING", default=True)
-    )
+elif DATABASES["default"]["ENGINE"].endswith("postgresql") and env.bool(
+    "DATABASE_SERVER_SIDE_BINDING", default=True
+):
+    # Parameters bound on the server, and a statement a connection has run 5 times prepared:
+    # PostgreSQL then plans it once (a generic plan, where that costs no more than planning each
+    # call). A connection pooler in front must keep prepared statements or pool by session.
+    pg_options = DATABASES["default"].setdefault("OPTIONS", {})
+    pg_options.setdefault("server_side_binding", True)
+    pg_options.setdefault("prepare_threshold", 5)
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
