@@ -214,15 +214,16 @@ class WorkerRuntime:
 
     def _pass(self) -> tuple[int, bool]:
         """One pass: the next operation of each training model (one per model), then a batch
-        of samples. Returns how many ran, and whether the one cheap look after a piece of work
-        found nothing at all waiting (then the other claims are not even tried)."""
+        of samples. Returns how many ran, and whether the look after a piece of work (made by
+        a plain completion's own statement, else one cheap query) found nothing at all waiting
+        (then the other claims are not even tried)."""
         progressed = 0
         served: list[str] = []
         while op := execution.claim_next_training(worker=self.worker, skip=served):
-            self._finish(op, self._training(op))
+            waiting = self._finish(op, self._training(op))
             served.append(op.model_id)
             progressed += 1
-            if not self._waiting():
+            if not (self._waiting() if waiting is None else waiting):
                 return progressed, True
         claimed = execution.claim_samples(worker=self.worker, limit=SAMPLE_BATCH)
         if claimed:
@@ -293,18 +294,21 @@ class WorkerRuntime:
             stores=storage_at,
         )
 
-    def _finish(self, op, outcome: Outcome) -> None:
+    def _finish(self, op, outcome: Outcome) -> bool | None:
+        """Record what became of ``op``; whether other work waited on the worker then (None:
+        not known)."""
         try:
             if outcome.ok:
-                execution.complete(op, outcome.result or {})
-            else:
-                execution.fail(op, outcome.error or "failed", outcome.category)
+                return execution.complete(op, outcome.result or {})
+            execution.fail(op, outcome.error or "failed", outcome.category)
+            return None
         except execution.ClaimLost:
             if op.model_id is not None:
                 self._lost.add(op.model_id)
                 raise
             # a sample changes nothing on the host: pending again, it simply runs again
             log.warning("sample %s lost its claim; it will run again", op.pk)
+            return None
         except DatabaseError:
             # The engine ran it, the database did not take the result: this host's state of
             # the model no longer matches the database. Nothing more runs on it; it is failed

@@ -294,11 +294,30 @@ def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
         assert getattr(claimed, field.attname) == getattr(stored, field.attname), field.name
 
 
-def test_a_step_on_an_idle_worker_takes_three_statements(postgres, alice, runtime) -> None:
+def test_a_step_on_an_idle_worker_takes_two_statements(postgres, alice, runtime) -> None:
+    """The claim, and the completion, which also looks for more work: with none, that is all."""
     model_id = create_model(alice, runtime, open_session(alice))
     r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
     with CaptureQueriesContext(connection) as queries:
         assert runtime.drain() == 1
     statements = [q["sql"].split()[0] for q in queries]
-    assert statements == ["UPDATE", "WITH", "SELECT"], statements  # claim, completion, a look
+    assert statements == ["UPDATE", "WITH"], statements
     assert Operation.objects.get(pk=r.json()["request_id"]).status == "done"
+
+
+def test_what_the_completion_finds_waiting_is_run_in_the_same_drain(
+    postgres, alice, runtime
+) -> None:
+    model_id = create_model(alice, runtime, open_session(alice))
+    for seq in (1, 2):  # the second becomes runnable only when the first completes
+        r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
+        assert r.status_code == 200, r.content
+    first = execution.claim_next_training(worker=runtime.worker)
+    assert execution.complete(first, {"loss_fn_outputs": [], "metrics": {}}) is True
+    second = execution.claim_next_training(worker=runtime.worker)
+    assert execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}) is False
+    for seq in (3, 4):
+        alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
+    assert runtime.drain() == 2  # one drain: the look after seq 3 found seq 4
+    ops = Operation.objects.filter(model_id=model_id, kind="forward_backward")
+    assert sorted(ops.values_list("status", flat=True)) == ["done"] * 4

@@ -243,14 +243,17 @@ _PLAIN_KINDS = frozenset(
 )
 
 
-def complete(op: Operation, result: dict) -> None:
+def complete(op: Operation, result: dict) -> bool | None:
     """Record the result, advance the model's sequence, apply the operation's effects and its
-    usage, all at once (the trigger on the table then wakes whoever waits for it)."""
+    usage, all at once (the trigger on the table then wakes whoever waits for it).
+
+    Returns whether other operations waited on the worker as the completion was written (one
+    submitted meanwhile wakes the worker by itself), or None where it did not look."""
     now = timezone.now()
     if connection.vendor == "postgresql" and op.kind in _PLAIN_KINDS:
-        _complete_in_one_statement(op, result, now)
-    else:
-        _complete(op, result, now)
+        return _complete_in_one_statement(op, result, now)
+    _complete(op, result, now)
+    return None
 
 
 @transaction.atomic
@@ -267,9 +270,10 @@ def _complete(op: Operation, result: dict, now: datetime) -> None:
     usage_record_for(op)  # the tokens it processed, committed with its completion
 
 
-def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> None:
+def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> bool:
     """The same as ``_complete`` for a kind without effects, as one statement (so one round
-    trip, atomic by itself): the result, next_seq and the usage rows with their day's totals."""
+    trip, atomic by itself): the result, next_seq and the usage rows with their day's totals;
+    it also looks for other pending operations on the worker."""
     before = op.status, op.result, op.finished_at
     op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
@@ -284,16 +288,20 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> No
             WHERE m.id = done.model_id AND m.next_seq = done.seq_id
             RETURNING m.id
         ){"," if usage_ctes else ""} {usage_ctes}
-        SELECT count(*) FROM done
+        SELECT (SELECT count(*) FROM done), EXISTS (
+            SELECT 1 FROM {ops} WHERE worker_id = %s AND status = %s
+        )
     """
     result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
     params = [Operation.Status.DONE, result_db, now, op.pk, Operation.Status.RUNNING]
+    waiting = [op.worker_id, Operation.Status.PENDING]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params + usage_params)
-        (updated,) = cursor.fetchone()
+        cursor.execute(sql, params + usage_params + waiting)
+        updated, others = cursor.fetchone()
     if not updated:
         op.status, op.result, op.finished_at = before
         _not_running(op)
+    return others
 
 
 class ClaimLost(Exception):
