@@ -96,7 +96,10 @@ class Runtime:
                 for s in sent:
                     await s.close()  # their operations run on; this call fails as a whole
                 raise failed[0]
-            results = await asyncio.gather(*(await_future(self.http, s, parse) for s in sent))
+            if len(sent) == 1:  # (gather would wrap it in a task of its own)
+                results = [await await_future(self.http, sent[0], parse)]
+            else:
+                results = await asyncio.gather(*(await_future(self.http, s, parse) for s in sent))
             return combine(list(results))
 
         return self.submit(run())

@@ -147,6 +147,7 @@ INLINE_WAIT_SECONDS = 25
 """How long a submit asks the server to hold its answer open for the outcome (``Prefer: wait``)."""
 
 _NDJSON = "application/x-ndjson"
+_finishing: set[asyncio.Task[None]] = set()  # streamed responses being read to their end
 
 
 class Submitted:
@@ -172,12 +173,26 @@ class Submitted:
             return None
         try:
             line = await anext(self._lines, None)
-            async for _ in self._lines:  # to the end, so the connection goes back to the pool
-                pass
-            return json.loads(line) if line else None
+            data = json.loads(line) if line else None
         except (httpx.HTTPError, ValueError):
             logger.debug("the streamed answer of %s broke off; polling it", self.request_id)
+            data = None
+        if data is None:
+            await self.close()
             return None
+        # The rest (the end of the response) is read after the answer is handed over.
+        task = asyncio.get_running_loop().create_task(self._finish())
+        _finishing.add(task)
+        task.add_done_callback(_finishing.discard)
+        return data
+
+    async def _finish(self) -> None:
+        """Read the response to its end, so its connection goes back to the pool; let go of it."""
+        try:
+            async for _ in self._lines:
+                pass
+        except httpx.HTTPError:
+            pass
         finally:
             await self.close()
 
@@ -248,7 +263,8 @@ async def await_future(http: HTTPClient, sent: Submitted, parse: Callable[[Any],
     data = await sent.outcome()
     if data is None or (isinstance(data, dict) and data.get("type") == "try_again"):
         return await poll_future(http, sent.request_id, parse)
-    return _settle(data, sent.request_id, parse)
+    settled = _settle(data, sent.request_id, parse)
+    return settled
 
 
 def _queue_reason(response: Any) -> str | None:
