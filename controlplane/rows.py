@@ -38,17 +38,26 @@ def load(model: type[M], values: Sequence[Any]) -> M:
     return model.from_db(connection.alias, None, converted)
 
 
-def insert(instance: models.Model) -> None:
+def insert(instance: models.Model, *, unless_conflict: bool = False) -> bool:
     """INSERT ``instance`` (auto fields such as ``auto_now_add`` filled in first); an automatic
-    primary key is set from the database."""
+    primary key is set from the database. ``unless_conflict``: a row that would break a unique
+    constraint is not inserted (no error, the transaction goes on). Whether it was inserted."""
     sql, _, auto_pk = _insert_sql(type(instance))
-    values = insert_values(instance)
+    returned = auto_pk or (instance._meta.pk if unless_conflict else None)
+    if unless_conflict:
+        sql += " ON CONFLICT DO NOTHING"
+    if returned is not None:
+        sql += f" RETURNING {_q(returned.column)}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, values)
-        if auto_pk is not None:
-            setattr(instance, auto_pk.attname, cursor.fetchone()[0])
+        cursor.execute(sql, insert_values(instance))
+        row = cursor.fetchone() if returned is not None else None
+    if unless_conflict and row is None:
+        return False
+    if auto_pk is not None:
+        setattr(instance, auto_pk.attname, row[0])
     instance._state.adding = False
     instance._state.db = connection.alias
+    return True
 
 
 def insert_columns(model: type[models.Model]) -> str:
@@ -77,8 +86,6 @@ def _insert_sql(model: type[models.Model]) -> tuple[str, list, Any]:
         f"INSERT INTO {_q(meta.db_table)} ({', '.join(_q(f.column) for f in fields)}) "
         f"VALUES ({', '.join(['%s'] * len(fields))})"
     )
-    if auto_pk is not None:
-        sql += f" RETURNING {_q(auto_pk.column)}"
     return sql, fields, auto_pk
 
 

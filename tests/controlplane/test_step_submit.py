@@ -45,8 +45,8 @@ def postgres():
         pytest.skip("the one-statement submit is PostgreSQL's")
 
 
-def _same_fields(a, b, skip: set[str]) -> dict:
-    """The fields where two rows differ, but for ``skip``."""
+def _differing_fields(a, b, skip: set[str]) -> dict:
+    """The fields (but ``skip``) where two rows differ, with both values."""
     return {
         f.name: (getattr(a, f.attname), getattr(b, f.attname))
         for f in type(a)._meta.concrete_fields
@@ -86,10 +86,10 @@ def test_it_writes_what_the_general_path_writes(alice, runtime, monkeypatch) -> 
         )
     (op, audit, touched), (op2, audit2, touched2) = written[True], written[False]
     assert op.plan == {"adapter": fast, "base_model": op.plan["base_model"]}
-    assert _same_fields(op, op2, {"id", "model", "plan", "created_at"}) == {}
+    assert _differing_fields(op, op2, {"id", "model", "plan", "created_at"}) == {}
     assert op2.plan == {**op.plan, "adapter": general}
     assert [e.action for e in audit] == [e.action for e in audit2] == ["sessions:ForwardBackward"]
-    assert _same_fields(audit[0], audit2[0], {"id", "at", "resource"}) == {}
+    assert _differing_fields(audit[0], audit2[0], {"id", "at", "resource"}) == {}
     assert (audit[0].resource, audit2[0].resource) == (
         model_arn(alice.tenant, fast),
         model_arn(alice.tenant, general),
@@ -182,3 +182,75 @@ def _audit(person, model_id: str) -> AuditEvent:
         effect="Allow",
         mutating=True,
     )
+
+
+def test_without_notices_the_worker_is_woken_through_the_broker(
+    settings, alice, runtime, monkeypatch
+) -> None:
+    from controlplane import dispatch
+
+    model_id = create_model(alice, runtime, open_session(alice))
+    settings.WAKE_WORKERS_BY_NOTIFY = False
+    sent: list[tuple[str, str]] = []
+
+    class Broker:
+        def send_task(self, name: str, queue: str) -> None:
+            sent.append((name, queue))
+
+    monkeypatch.setattr(dispatch, "celery_client", lambda: Broker())
+    r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2])]))
+    assert r.status_code == 200, r.content
+    assert sent == [(dispatch.DRAIN_TASK, runtime.worker.queue)]
+
+
+@pytest.mark.parametrize("same_body", [True, False])
+def test_the_general_path_answers_a_seq_id_taken_while_it_waited_for_the_lock(
+    alice, runtime, monkeypatch, same_body
+) -> None:
+    """A request inserted the seq_id while this one waited for the model's lock (a retry racing
+    its original): it is answered as a retry, or refused as a conflict, never a 500."""
+    from controlplane.training_sessions.services.submit import digest
+    from loopwright.types import ForwardBackwardRequest
+
+    monkeypatch.setattr(step_submit, "available", lambda: False)
+    model_id = create_model(alice, runtime, open_session(alice))
+    body = fwdbwd(model_id, 1, [datum([1, 2])])
+    payload = ForwardBackwardRequest.model_validate(body).model_dump(
+        mode="json", exclude={"seq_id", "model_id", "type"}
+    )
+    other = psycopg.connect(**notify.connect_params())
+    other.execute(
+        f"SELECT 1 FROM {TrainingModel._meta.db_table} WHERE id = %s FOR UPDATE", [model_id]
+    )
+    answer: dict = {}
+
+    def submit() -> None:
+        try:
+            answer["r"] = alice.post("forward_backward", body)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    try:
+        thread.join(0.5)
+        assert thread.is_alive()  # waiting for the model's lock
+        q = connection.ops.quote_name
+        columns = [q(f.column) for f in Operation._meta.concrete_fields]
+        replaced = {q("id"): "'req-other'", q("seq_id"): "1", q("payload_digest"): "%s"}
+        copied = [replaced.get(c, c) for c in columns]
+        other.execute(
+            f"INSERT INTO {q(OPS)} ({', '.join(columns)}) SELECT {', '.join(copied)} "
+            f"FROM {q(OPS)} WHERE model_id = %s AND seq_id = 0",
+            [digest(payload) if same_body else "another body", model_id],
+        )
+        other.commit()
+    finally:
+        other.close()
+    thread.join(10)
+    r = answer["r"]
+    if same_body:
+        assert r.status_code == 200 and r.json()["request_id"] == "req-other"
+    else:
+        assert r.status_code == 409 and r.json()["field"] == "seq_id"
+        assert "req-other" in r.json()["detail"]

@@ -80,11 +80,12 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
     return claimed[0] if claimed else None
 
 
-def _returned(alias: str = "") -> str:
-    """What a claim's RETURNING gives back: every column of an operation row, after a call that
-    makes the claim's commit not wait for the disk (``_claimed``)."""
+def _returned(alias: str | None = None) -> str:
+    """What a claim's RETURNING gives back: every column of an operation row (under the table
+    alias ``alias``), after a call that makes the claim's commit not wait for the disk
+    (``_claimed``)."""
     unflushed = "set_config('synchronous_commit', 'off', true)"
-    return f"{unflushed}, {rows.select_list(Operation, alias.rstrip('.') or None)}"
+    return f"{unflushed}, {rows.select_list(Operation, alias)}"
 
 
 def _claimed(sql: str, params: list) -> list[Operation]:
@@ -183,7 +184,7 @@ def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
         )
         UPDATE {ops} o SET status = %s, started_at = %s FROM picked
         WHERE o.id = picked.id
-        RETURNING {_returned("o.")}
+        RETURNING {_returned("o")}
     """
     pending = Operation.Status.PENDING
     params = [

@@ -15,10 +15,10 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import cache
 
-from django.db import IntegrityError, connection
+from django.db import connection
 from django.utils import timezone
 
-from controlplane import rows
+from controlplane import dispatch, rows
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import Worker
 from controlplane.tenants.models import Tenant
@@ -53,8 +53,8 @@ def training_step_submit(
     request_id: str | None = None,
 ) -> Operation | None:
     """The operation, inserted and committed with ``audit``; None when the statement changed
-    nothing (a missing or stopped model, a ``seq_id`` behind it or already used, a concurrent
-    insert of the same ``seq_id``): the general path then says why."""
+    nothing (a missing or stopped model, a ``seq_id`` behind it or already used, also by a
+    concurrent request whose insert the lock waited for): the general path then says why."""
     now = timezone.now()
     op = Operation(
         id=request_id or new_id("req"),
@@ -81,12 +81,9 @@ def training_step_submit(
         now,
         stale,
     ]
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(_statement(), params)
-            row = cursor.fetchone()
-    except IntegrityError:  # the same seq_id, inserted at the same moment by a retry
-        return None
+    with connection.cursor() as cursor:
+        cursor.execute(_statement(), params)
+        row = cursor.fetchone()
     if row is None:
         return None
     session_id, worker_id, queue, base_model = row
@@ -97,6 +94,8 @@ def training_step_submit(
     op._state.adding = False
     op._state.db = connection.alias
     audit._state.adding = False
+    if op.worker is not None:  # the insert's trigger woke it on PostgreSQL; else the broker
+        dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
 
 
@@ -129,6 +128,7 @@ def _statement() -> str:
             FOR UPDATE OF m
         ), op AS (
             INSERT INTO {ops} ({columns}) SELECT {values} FROM m
+            ON CONFLICT DO NOTHING  -- its seq_id, inserted meanwhile by a concurrent request
             RETURNING session_id, worker_id
         ), audit AS (
             INSERT INTO {rows.insert_columns(AuditEvent)} SELECT {audit_values} FROM op

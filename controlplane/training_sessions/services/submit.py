@@ -223,8 +223,6 @@ def training_submit(
             field="seq_id",
         )
     _touch(model)
-    # Every insert of a model's operation holds the model's row lock, so no other can take this
-    # seq_id between the look above and this insert: no savepoint is needed around it.
     op = Operation(
         tenant=tenant,
         session=model.session,
@@ -237,7 +235,14 @@ def training_submit(
         plan=plan,
     )
     op.id = new_id("req")
-    rows.insert(op)
+    # Every insert of a model's operation holds the model's row lock. A request that took this
+    # seq_id while the lock was waited for is not in the look above (its snapshot is older):
+    # the insert steps aside, and it is answered as a retry or a conflict.
+    if not rows.insert(op, unless_conflict=True):
+        existing = Operation.objects.select_related("worker").get(model=model, seq_id=seq_id)
+        return _existing_or_conflict(
+            existing, payload_digest, f"seq_id {seq_id} of model {model.id}"
+        )
     if op.worker is not None:  # else it waits with its model, and goes when the model is placed
         dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
