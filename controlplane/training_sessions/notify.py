@@ -86,13 +86,14 @@ class _Listener:
         self._ready = threading.Event()
         self._stopping = threading.Event()
 
-    def register(self, request_id: str) -> Waiter:
+    def register(self, request_id: str, *, wait: float = 2.0) -> Waiter:
+        """A waiter for ``request_id``'s notice; ``wait``: how long to wait for LISTEN to be in
+        place (without it, the waiter falls back to looks at the row)."""
         waiter = Waiter()
         with self._lock:
             self._waiting[request_id].append(waiter)
             self._start()
-        # LISTEN is in place (or the waiter falls back to periodic looks)
-        waiter.listening = self._ready.wait(2.0)
+        waiter.listening = self._ready.wait(wait) if wait else self._ready.is_set()
         return waiter
 
     def ensure_listening(self) -> bool:
@@ -169,7 +170,8 @@ def expect(request_id: str) -> Waiter | None:
     """Listen for an operation about to be inserted (None where there are no notices): its
     waiter hears every notice, so ``wait_finished`` need not look at the row first. Pass it to
     ``wait_finished``, or to ``forget`` if the operation never goes in."""
-    return listener.register(request_id) if available() else None
+    # (never held up: while LISTEN is not in place, the wait looks at the row instead)
+    return listener.register(request_id, wait=0) if available() else None
 
 
 def forget(request_id: str, waiter: Waiter | None) -> None:

@@ -5,12 +5,14 @@ Without the preference (the official tinker SDK) the answer is the handle alone.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from controlplane.audit.models import AuditEvent
+from controlplane.training_sessions import notify
 
 from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session
@@ -167,3 +169,24 @@ def test_the_outcome_comes_from_the_notice_without_reading_the_row(
     assert outcome["metrics"]["tokens:sum"] == 3.0
     assert [q["sql"] for q in queries] == []
     assert outcome == retrieved(alice, handle["request_id"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listening_ahead_never_holds_a_submit_up(settings) -> None:
+    """Before LISTEN is in place, a waiter registered ahead of an insert does not wait for it:
+    it is marked as not listening, and its wait looks at the row instead."""
+    if connection.vendor != "postgresql":
+        pytest.skip("notices are PostgreSQL's")
+    settings.NOTIFY_ON_COMPLETION = True
+    notify.listener.stop()
+    started = time.monotonic()
+    waiter = notify.expect("req-ahead")
+    assert time.monotonic() - started < 0.5 and waiter is not None
+    assert waiter.listening is False
+    notify.forget("req-ahead", waiter)
+    deadline = time.monotonic() + 5  # it started the listener, which is soon in place
+    while not notify.listener.ensure_listening() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    later = notify.expect("req-later")
+    assert later.listening is True
+    notify.forget("req-later", later)

@@ -108,7 +108,6 @@ def _step(request: Request, kind: str) -> Response | None:
         return None
     request_id = new_id("req")
     waiter = answers.expect(request, request_id)
-    op = None
     try:
         op = step_submit.training_step_submit(
             tenant=tenant,
@@ -119,12 +118,13 @@ def _step(request: Request, kind: str) -> Response | None:
             audit=audit,
             request_id=request_id,
         )
-    finally:
-        if op is None:
-            answers.forget(request_id, waiter)
-    if op is None:
-        return None
-    return answers.future(request, op, req.model_id, waiter)
+        if op is not None:
+            return answers.future(request, op, req.model_id, waiter)
+    except BaseException:
+        answers.forget(request_id, waiter)
+        raise
+    answers.forget(request_id, waiter)
+    return None
 
 
 def _submit(request: Request, req, kind: str, plan=None) -> Response:
