@@ -177,6 +177,9 @@ class Submitted:
         except (httpx.HTTPError, ValueError):
             logger.debug("the streamed answer of %s broke off; polling it", self.request_id)
             data = None
+        except BaseException:  # cancelled (the client is closing), or worse: let go of it
+            await self.close()
+            raise
         if data is None:
             await self.close()
             return None
@@ -215,8 +218,9 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
     samples, say) submits come back at once and are polled, so none waits for a connection.
     """
     if not http.take_inline_wait():
-        response = await http.arequest("POST", path, body=body)
-        return Submitted(_handle(response.json(), path).request_id)
+        return await _send_plain(http, path, body)
+    response = None
+    handed_over = False  # the response, and the slot taken above, belong to a Submitted
     try:
         response = await http.astream(
             "POST",
@@ -226,32 +230,45 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
             timeout=max(POLL_TIMEOUT, http.timeout),
             pool="ops",
         )
-    except BaseException:
-        http.release_inline_wait()
-        raise
-    try:
         if response.headers.get("content-type", "").split(";")[0].strip() != _NDJSON:
             await response.aread()  # a server that answers with the handle alone
-            await response.aclose()
-            http.release_inline_wait()
-            return Submitted(_handle(response.json(), path).request_id)
+            return Submitted(_handle(_json(response.content, path), path).request_id)
         lines = response.aiter_lines()
-        first = await anext(lines, None)
-        handle = _handle(json.loads(first) if first else None, path)
-    except httpx.TransportError:
-        # The handle never came: send it again the plain way, retried as any request is (the
-        # server answers a retry with the same operation: seq_ids make it idempotent).
-        await response.aclose()
-        http.release_inline_wait()
-        response = await http.arequest("POST", path, body=body)
-        return Submitted(_handle(response.json(), path).request_id)
-    except BaseException as exc:
-        await response.aclose()
-        http.release_inline_wait()
-        if isinstance(exc, ValueError):
-            raise APIResponseValidationError(f"unexpected answer for {path}: {exc}") from exc
-        raise
-    return Submitted(handle.request_id, response, lines, http.release_inline_wait)
+        try:
+            first = await anext(lines, None)
+        except httpx.TransportError:
+            first = None
+        if not first:
+            # The handle never came: send it again the plain way, retried as any request is
+            # (the server answers a retry with the same operation: seq_ids make it idempotent).
+            return await _send_plain(http, path, body)
+        sent = Submitted(
+            _handle(_json(first, path), path).request_id,
+            response,
+            lines,
+            http.release_inline_wait,
+        )
+        handed_over = True
+        return sent
+    finally:
+        if not handed_over:
+            try:
+                if response is not None:
+                    await response.aclose()
+            finally:
+                http.release_inline_wait()
+
+
+async def _send_plain(http: HTTPClient, path: str, body: Any) -> Submitted:
+    response = await http.arequest("POST", path, body=body)
+    return Submitted(_handle(_json(response.content, path), path).request_id)
+
+
+def _json(text: str | bytes, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise APIResponseValidationError(f"unexpected answer for {path}: {exc}") from exc
 
 
 def _handle(data: Any, path: str) -> UntypedAPIFuture:

@@ -140,3 +140,48 @@ def test_the_submit_asks_to_wait(streaming: FakeServer, service: ServiceClient) 
     client = service.create_lora_training_client(BASE_MODEL, rank=4)
     client.optim_step(AdamParams()).result(timeout=10)
     assert seen == ["wait=25"]
+
+
+def test_a_bad_answer_gives_its_held_slot_back_once() -> None:
+    """However a streamed submit ends (an answer that is not JSON, a server that cannot be
+    reached, a cancelled call), the slot it took is given back, and only once."""
+
+    def html(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="<html>a proxy's page</html>")
+
+    async def hangs(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(60)
+        raise AssertionError("never answered")
+
+    async def run() -> None:
+        http = HTTPClient(
+            api_key=API_KEY,
+            transport=httpx.MockTransport(html),
+            retry=FAST_RETRY,
+            max_inline_waits=2,
+        )
+        for _ in range(3):
+            with pytest.raises(loopwright.APIResponseValidationError):
+                await send_request(http, "optim_step", {"model_id": "m", "seq_id": 1})
+        assert [http.take_inline_wait() for _ in range(3)] == [True, True, False]
+        http.release_inline_wait(), http.release_inline_wait()
+        await http.aclose()
+        http.close()
+
+        slow = HTTPClient(
+            api_key=API_KEY,
+            transport=httpx.MockTransport(hangs),
+            retry=FAST_RETRY,
+            max_inline_waits=1,
+        )
+        task = asyncio.ensure_future(send_request(slow, "optim_step", {"model_id": "m"}))
+        await asyncio.sleep(0.05)
+        assert slow.take_inline_wait() is False  # held by the call in flight
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert slow.take_inline_wait() is True
+        await slow.aclose()
+        slow.close()
+
+    asyncio.run(run())
