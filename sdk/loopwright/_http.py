@@ -270,33 +270,17 @@ class HTTPClient:
         pool: str = "api",
     ) -> httpx.Response:
         """Send a request from the event loop; same contract as ``request``."""
-        client = self._aclient(pool)
-        content = self._encode(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
-        attempts = _Attempts(self.retry, retry)
-        request_timeout = (
-            httpx.Timeout(timeout, pool=None) if timeout is not None else httpx.USE_CLIENT_DEFAULT
+        return await self._asend(
+            method,
+            path,
+            body=body,
+            params=params,
+            timeout=timeout,
+            retry=retry,
+            passthrough=passthrough,
+            pool=pool,
+            stream=False,
         )
-        while True:
-            try:
-                response = await client.request(
-                    method,
-                    path,
-                    content=content,
-                    params=params,
-                    headers=headers,
-                    timeout=request_timeout,
-                )
-            except httpx.TransportError as exc:
-                delay = attempts.after_error(exc)
-                if delay is None:
-                    raise _connection_error(exc, method, path) from exc
-                await asyncio.sleep(delay)
-                continue
-            delay = attempts.after_response(response, passthrough)
-            if delay is None:
-                return _finish(response, passthrough)
-            await asyncio.sleep(delay)
 
     async def astream(
         self,
@@ -311,39 +295,59 @@ class HTTPClient:
         """Like ``arequest``, but a 2xx answer comes back unread: the caller reads its body as it
         arrives (``aiter_lines``) and must ``aclose`` it. Error answers are read and raised, and
         retried as ``arequest`` retries them."""
+        return await self._asend(
+            method, path, body=body, headers=headers, timeout=timeout, pool=pool, stream=True
+        )
+
+    async def _asend(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float | None,
+        retry: bool = True,
+        passthrough: tuple[int, ...] = (),
+        pool: str,
+        stream: bool,
+    ) -> httpx.Response:
         client = self._aclient(pool)
         content = self._encode(body)
-        sent = {"Content-Type": "application/json", **(headers or {})}
-        attempts = _Attempts(self.retry, True)
+        sent = dict(headers or {})
+        if content is not None:
+            sent.setdefault("Content-Type", "application/json")
+        attempts = _Attempts(self.retry, retry)
         request_timeout = (
             httpx.Timeout(timeout, pool=None) if timeout is not None else httpx.USE_CLIENT_DEFAULT
         )
         while True:
             try:
                 request = client.build_request(
-                    method, path, content=content, headers=sent, timeout=request_timeout
+                    method,
+                    path,
+                    content=content,
+                    params=params,
+                    headers=sent or None,
+                    timeout=request_timeout,
                 )
-                response = await client.send(request, stream=True)
+                response = await client.send(request, stream=stream)
+                final = response.status_code < 400 or response.status_code in passthrough
+                if stream and not final:  # an error answer is read (for its detail) and let go
+                    try:
+                        await response.aread()
+                    finally:
+                        await response.aclose()
             except httpx.TransportError as exc:
                 delay = attempts.after_error(exc)
                 if delay is None:
                     raise _connection_error(exc, method, path) from exc
                 await asyncio.sleep(delay)
                 continue
-            if response.status_code < 400:
-                return response
-            try:
-                await response.aread()
-            except httpx.TransportError as exc:
-                delay = attempts.after_error(exc)
-                if delay is None:
-                    raise _connection_error(exc, method, path) from exc
-            else:
-                delay = attempts.after_response(response, ())
-                if delay is None:
-                    raise status_error(response)
-            finally:
-                await response.aclose()
+            delay = attempts.after_response(response, passthrough)
+            if delay is None:
+                return _finish(response, passthrough)
             await asyncio.sleep(delay)
 
     def download(
