@@ -126,50 +126,62 @@ def test_a_concurrent_insert_of_the_same_seq_id_changes_nothing(alice, runtime) 
     """Another transaction holds the model and inserts the same seq_id meanwhile: the statement
     waits for the lock, then its insert collides; nothing of it is written."""
     model_id = create_model(alice, runtime, open_session(alice))
+    audited = AuditEvent.objects.count()
+    op = _while_another_request_takes_seq_1(
+        model_id,
+        lambda: step_submit.training_step_submit(
+            tenant=alice.tenant,
+            model_id=model_id,
+            seq_id=1,
+            kind="forward_backward",
+            payload={"forward_backward_input": {"data": [datum([1])], "loss_fn": "cross_entropy"}},
+            audit=_audit(alice, model_id),
+        ),
+    )
+    assert op is None
+    assert list(
+        Operation.objects.filter(model_id=model_id, seq_id=1).values_list("id", flat=True)
+    ) == ["req-other"]
+    assert AuditEvent.objects.count() == audited
+
+
+def _while_another_request_takes_seq_1(model_id: str, submit, digest: str | None = None):
+    """What ``submit`` returns when, while it waits for the model's lock, another transaction
+    holding it inserts the model's seq_id 1 (``req-other``, with ``digest``, else that of the
+    model's seq_id 0) and commits."""
     other = psycopg.connect(**notify.connect_params())
     other.execute(
         f"SELECT 1 FROM {TrainingModel._meta.db_table} WHERE id = %s FOR UPDATE", [model_id]
     )
     outcome: dict = {}
 
-    def submit() -> None:
+    def run() -> None:
         try:
-            outcome["op"] = step_submit.training_step_submit(
-                tenant=alice.tenant,
-                model_id=model_id,
-                seq_id=1,
-                kind="forward_backward",
-                payload={
-                    "forward_backward_input": {"data": [datum([1])], "loss_fn": "cross_entropy"}
-                },
-                audit=_audit(alice, model_id),
-            )
+            outcome["value"] = submit()
         finally:
             connection.close()
 
-    audited = AuditEvent.objects.count()
-    thread = threading.Thread(target=submit)
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         thread.join(0.5)
         assert thread.is_alive()  # waiting for the model's lock
         q = connection.ops.quote_name
         columns = [q(f.column) for f in Operation._meta.concrete_fields]
-        copied = [{q("id"): "'req-other'", q("seq_id"): "1"}.get(c, c) for c in columns]
+        replaced = {q("id"): "'req-other'", q("seq_id"): "1"}
+        if digest is not None:
+            replaced[q("payload_digest")] = "%s"
+        copied = [replaced.get(c, c) for c in columns]
         other.execute(
             f"INSERT INTO {q(OPS)} ({', '.join(columns)}) SELECT {', '.join(copied)} "
             f"FROM {q(OPS)} WHERE model_id = %s AND seq_id = 0",
-            [model_id],
+            [*([digest] if digest is not None else []), model_id],
         )
         other.commit()
     finally:
-        other.close()  # (a failure above rolls back and lets the statement go on)
+        other.close()  # (a failure above rolls back and lets the submit go on)
     thread.join(10)
-    assert outcome == {"op": None}
-    assert list(
-        Operation.objects.filter(model_id=model_id, seq_id=1).values_list("id", flat=True)
-    ) == ["req-other"]
-    assert AuditEvent.objects.count() == audited
+    return outcome["value"]
 
 
 def _audit(person, model_id: str) -> AuditEvent:
@@ -218,37 +230,11 @@ def test_the_general_path_answers_a_seq_id_taken_while_it_waited_for_the_lock(
     payload = ForwardBackwardRequest.model_validate(body).model_dump(
         mode="json", exclude={"seq_id", "model_id", "type"}
     )
-    other = psycopg.connect(**notify.connect_params())
-    other.execute(
-        f"SELECT 1 FROM {TrainingModel._meta.db_table} WHERE id = %s FOR UPDATE", [model_id]
+    r = _while_another_request_takes_seq_1(
+        model_id,
+        lambda: alice.post("forward_backward", body),
+        digest(payload) if same_body else "another body",
     )
-    answer: dict = {}
-
-    def submit() -> None:
-        try:
-            answer["r"] = alice.post("forward_backward", body)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=submit)
-    thread.start()
-    try:
-        thread.join(0.5)
-        assert thread.is_alive()  # waiting for the model's lock
-        q = connection.ops.quote_name
-        columns = [q(f.column) for f in Operation._meta.concrete_fields]
-        replaced = {q("id"): "'req-other'", q("seq_id"): "1", q("payload_digest"): "%s"}
-        copied = [replaced.get(c, c) for c in columns]
-        other.execute(
-            f"INSERT INTO {q(OPS)} ({', '.join(columns)}) SELECT {', '.join(copied)} "
-            f"FROM {q(OPS)} WHERE model_id = %s AND seq_id = 0",
-            [digest(payload) if same_body else "another body", model_id],
-        )
-        other.commit()
-    finally:
-        other.close()
-    thread.join(10)
-    r = answer["r"]
     if same_body:
         assert r.status_code == 200 and r.json()["request_id"] == "req-other"
     else:
