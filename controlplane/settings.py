@@ -101,6 +101,9 @@ elif DATABASES["default"]["ENGINE"].endswith("postgresql") and env.bool(
     pg_options.setdefault("server_side_binding", True)
     pg_options.setdefault("prepare_threshold", 5)
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+# A kept connection is checked before a request reuses it: after a database restart the first
+# request reconnects instead of failing.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -154,7 +157,16 @@ AUTH_CACHE_SECONDS = env.float("LOOPWRIGHT_AUTH_CACHE_SECONDS", default=30.0)
 # Celery queue still carries start-up and heartbeat nudges. False: every nudge goes via Celery.
 WAKE_WORKERS_BY_NOTIFY = env.bool("LOOPWRIGHT_WAKE_WORKERS_BY_NOTIFY", default=True)
 SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
-WORKER_STALE_SECONDS = env.int("LOOPWRIGHT_WORKER_STALE_SECONDS", default=30)
+# A worker holds a lease this long, renewed by its heartbeat (every fifth of it); one silent
+# past it is declared dead and its models move to live workers (docs/failover.md).
+WORKER_LEASE_SECONDS = env.float("LOOPWRIGHT_WORKER_LEASE_SECONDS", default=10.0)
+# The service snapshots each training model (adapter, AdamW state, pending gradients) every so
+# many optimizer steps or seconds, whichever comes first (0 turns that trigger off); a model
+# lost with its worker is restored from it and replays the operations completed since.
+SNAPSHOT_EVERY_STEPS = env.int("LOOPWRIGHT_SNAPSHOT_EVERY_STEPS", default=20)
+SNAPSHOT_EVERY_SECONDS = env.float("LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS", default=120.0)
+# A stopping worker finishes its operation, snapshots and hands over within this many seconds.
+WORKER_STOP_SECONDS = env.float("LOOPWRIGHT_WORKER_STOP_SECONDS", default=60.0)
 # Hops of X-Forwarded-For written by proxies we run (0: believe only the socket's address).
 TRUSTED_PROXIES = env.int("LOOPWRIGHT_TRUSTED_PROXIES", default=0)
 AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)

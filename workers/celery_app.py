@@ -8,6 +8,7 @@ after fork).
 from __future__ import annotations
 
 import os
+import signal
 
 import django
 from celery import Celery, signals
@@ -53,8 +54,24 @@ def runtime():
 @signals.worker_ready.connect
 def _start(sender=None, **kwargs) -> None:
     rt = runtime()
+    _stop_on_term(rt)
     # Work submitted while no worker ran (or before a restart) is waiting: look at once.
     app.send_task(DRAIN_TASK, queue=rt.settings.queue)
+
+
+def _stop_on_term(rt) -> None:
+    """SIGTERM (or SIGINT) first tells the runtime to take no more work, so the drain in
+    progress ends after its current operation; then Celery's own warm shutdown runs, whose
+    ``worker_shutdown`` snapshots and hands the models over (``WorkerRuntime.shutdown``)."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(signum)
+
+        def handler(number, frame, previous=previous) -> None:
+            rt.request_stop()
+            if callable(previous):
+                previous(number, frame)
+
+        signal.signal(signum, handler)
 
 
 @signals.worker_shutdown.connect

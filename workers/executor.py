@@ -33,6 +33,9 @@ class Outcome:
     result: dict | None = None
     error: str | None = None
     category: str = "server"
+    # not run now, for a passing reason: pending again (``home``: on its model's worker now)
+    retry: bool = False
+    home: bool = False
 
     @property
     def ok(self) -> bool:
@@ -51,6 +54,8 @@ def run_training(
     """One operation of a training model, by kind; ``vault`` seals and opens its checkpoints."""
     adapter = plan["adapter"]
     if kind == "create_model":
+        if host.has_adapter(adapter):  # created before its completion could be recorded
+            host.remove_adapter(adapter)
         lora = plan["lora"]
         cfg = AdapterConfig(
             rank=int(lora["rank"]),
@@ -73,12 +78,14 @@ def run_training(
             adapter, AdamParams.model_validate(payload["adam_params"])
         ).model_dump(mode="json")
     if kind in ("save_weights", "save_weights_for_sampler"):
-        return _save(host, kind, adapter, plan, vault)
+        # taken without pending gradients, a state save is also where a failover resumes
+        pending = host.has_pending_gradients(adapter)
+        return {**_save(host, kind, adapter, plan, vault), "_pending_gradients": pending}
     if kind == "load_weights":
         load = plan["load"]
         optimizer = bool(load["optimizer"])
         skip = () if optimizer else (checkpoints.OPTIMIZER_FILE,)
-        with _opened(load, vault, skip) as folder:  # verified and opened before the model changes
+        with opened(load, vault, skip) as folder:  # verified and opened before the model changes
             host.load_state(adapter, folder, optimizer=optimizer)
         return {"path": load["tinker_path"], "model_id": adapter, "type": "load_weights"}
     if kind == "unload_model":
@@ -134,7 +141,7 @@ def _save_sealed(host: ModelHost, adapter: str, spec: dict, training: bool, vaul
 
 
 @contextmanager
-def _opened(spec: dict, vault: Vault | None, skip: tuple[str, ...] = ()) -> Iterator[Path]:
+def opened(spec: dict, vault: Vault | None, skip: tuple[str, ...] = ()) -> Iterator[Path]:
     """A checkpoint folder the engine can read: fetched, verified and opened into scratch.
 
     ``spec`` holds ``storage_uri``, ``manifest`` and ``sealing``; checkpoints saved before
@@ -184,7 +191,7 @@ class SamplerAdapters:
     def ensure(self, host: ModelHost, adapter: str, spec: dict, vault: Vault | None = None) -> None:
         """Load ``adapter`` from the saved weights ``spec`` describes, unless it is loaded."""
         if not host.has_adapter(adapter):
-            with _opened(spec, vault, (checkpoints.OPTIMIZER_FILE,)) as folder:
+            with opened(spec, vault, (checkpoints.OPTIMIZER_FILE,)) as folder:
                 host.load_adapter_from(adapter, folder)
         self._order[adapter] = None
         self._order.move_to_end(adapter)

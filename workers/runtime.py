@@ -1,8 +1,12 @@
-"""A worker process: one engine host, registered in the fleet, draining its operations.
+"""A worker process: one engine host, registered in the fleet under a lease, draining its
+operations.
 
 ``drain()`` runs until nothing on this worker is runnable: each training model's next
 operation in seq order, then the pending samples in one batch per adapter. It reads all work
-from the database, so the broker message that woke it carries no state.
+from the database, so the broker message that woke it carries no state. A model this host does
+not hold (it moved here from a lost worker, or a result could not be recorded) is restored from
+its recovery point before it runs anything. Every claim and completion is fenced by the lease's
+generation: a worker declared dead drops what it holds and registers anew.
 """
 
 from __future__ import annotations
@@ -16,27 +20,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from django.db import DatabaseError, close_old_connections, transaction
+from django.conf import settings as django_settings
+from django.db import DatabaseError, close_old_connections
 
 from controlplane import dispatch
 from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.metering.services import datum_tokens, input_tokens
-from controlplane.training_sessions.services import execution, placement
+from controlplane.training_sessions.services import execution, failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
 
 from .cpu_threads import cpu_threads, threads_for
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
+from .recovery import ReplayDiverged, restore_model
 from .sealing import Vault
+from .snapshots import Snapshots
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
 
 SAMPLE_BATCH = 64
-HEARTBEAT_SECONDS = 5.0
 SEQ_GAP_SECONDS = float(os.environ.get("LOOPWRIGHT_SEQ_GAP_SECONDS", "120"))
+RESTORE_ATTEMPTS = 3  # a restore that fails for a passing reason (storage away) is tried again
+# kinds that run without the model's state on the host
+STATELESS_KINDS = frozenset({"create_model", "unload_model"})
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class WorkerSettings:
     scratch_dir: Path | None = None  # plaintext checkpoints in flight; system temp if None
     subnet_ids: tuple[str, ...] = ()  # the VPC subnets it reaches; none: the open network
     security_group_ids: tuple[str, ...] = ()
+    snapshot_every_steps: int | None = None  # None: the control plane's settings
+    snapshot_every_seconds: float | None = None
 
     @property
     def queue(self) -> str:
@@ -121,29 +132,40 @@ class WorkerRuntime:
         self.samplers = SamplerAdapters(
             limit=int(os.environ.get("LOOPWRIGHT_WORKER_SAMPLER_ADAPTERS", "8"))
         )
-        # One transaction: no model is placed here before what a previous process left is failed.
-        with transaction.atomic():
-            self.worker = self._register()
-            recovered = execution.recover_worker(worker=self.worker)
-        if recovered:
-            log.warning("failed %d operations left running by a previous process", recovered)
-        self._place_waiting()
+        self.snapshots = Snapshots(
+            self.host,
+            self.vault,
+            every_steps=_or(settings.snapshot_every_steps, django_settings.SNAPSHOT_EVERY_STEPS),
+            every_seconds=_or(
+                settings.snapshot_every_seconds, django_settings.SNAPSHOT_EVERY_SECONDS
+            ),
+        )
         self._stop = threading.Event()
-        self._lost: set[str] = set()  # models whose state here the database no longer matches
-        self._unrecorded: set[str] = set()  # samples that ran but could not be recorded
+        self._fenced = threading.Event()  # the lease was taken away: start over, empty
+        self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
+        self._restore_failures: dict[str, int] = {}
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
+        self._register()
         self.wake: WakeListener | None = None
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
         if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
             self.wake = WakeListener(settings.queue, self.drain, self._stop).start()
 
-    def _register(self):
+    # -- the lease -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    def _register(self) -> None:
+        """Register under a new generation (declaring a previous process of this name dead if
+        it still held the lease); then take models and samplers waiting for a worker."""
         m = self.host.materialized
         files = {name: path.read_text() for name, path in m.tokenizer_files.items()}
-        return fleet.worker_register(
-            name=self.settings.name,
+        reg = failover.worker_start(
+            by=f"worker {self.name}",
+            name=self.name,
             queue=self.settings.queue,
             base_model=self.settings.base_model,
             description=m.spec.description,
@@ -156,9 +178,30 @@ class WorkerRuntime:
             subnet_ids=self.settings.subnet_ids,
             security_group_ids=self.settings.security_group_ids,
         )
+        self.worker = reg.worker
+        self.fence = fleet.Fence(reg.worker.pk, reg.generation)
+        self._fenced.clear()
+        self._place_waiting()
+
+    def _reset(self) -> None:
+        """The lease was taken away (a long pause, a partition): whatever this process holds
+        may have moved on elsewhere. Drop it all and register anew, empty. Under the drain lock."""
+        log.warning(
+            "worker %s lost its lease (generation %s); starting empty",
+            self.name,
+            self.fence.generation,
+        )
+        for adapter in list(self.host.pool.ids()):
+            self.host.remove_adapter(adapter)
+        self.samplers = SamplerAdapters(limit=self.samplers.limit)
+        self.snapshots.forget()
+        self._unrecorded.clear()
+        self._restore_failures.clear()
+        self._register()
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_SECONDS):
+        every = django_settings.WORKER_LEASE_SECONDS / 5
+        while not self._stop.wait(every):
             try:
                 self.beat()
             except Exception:  # a database hiccup must not kill the heartbeat
@@ -167,30 +210,58 @@ class WorkerRuntime:
                 close_old_connections()
 
     def _place_waiting(self) -> None:
-        placed = placement.models_place_waiting(base_model=self.settings.base_model)
+        base_model = self.settings.base_model
+        placed = placement.models_place_waiting(base_model=base_model)
+        placed += placement.samplers_place_waiting(base_model=base_model)
         if placed:
-            log.info("placed %d models that waited for a worker", len(placed))
+            log.info("took %d models and samplers that waited for a worker", len(placed))
 
     def beat(self) -> None:
-        """One heartbeat: alive; models waiting for a worker like this one are placed (room may
-        have freed); a lost nudge or a seq gap to time out gets another look."""
-        fleet.worker_heartbeat(name=self.settings.name)
-        if (self._lost or self._unrecorded) and self._drain_lock.acquire(blocking=False):
-            try:  # the database answers again: fail what it could not record
-                self._fail_lost()
+        """One heartbeat: renew the lease (or, fenced, start over); declare dead any worker
+        silent past its lease; take waiting models (room may have freed); give a lost nudge,
+        a seq gap to time out or a snapshot due by time another look."""
+        if not fleet.worker_renew(worker_id=self.fence.worker_id, generation=self.fence.generation):
+            self._fenced.set()
+            if self._drain_lock.acquire(blocking=False):
+                try:
+                    self._reset()
+                finally:
+                    self._drain_lock.release()
+            return
+        failover.workers_declare_dead(by=f"worker {self.name}")
+        if self._unrecorded and self._drain_lock.acquire(blocking=False):
+            try:  # the database answers again: what it could not record runs again
+                self._requeue_unrecorded()
             finally:
                 self._drain_lock.release()
         self._place_waiting()
-        if execution.has_waiting_work(worker=self.worker):
+        if execution.has_waiting_work(worker=self.worker) or self.snapshots.due_by_time():
             if self.wake is not None:
                 self.wake.poke()
                 return
             dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
 
-    def shutdown(self) -> None:
+    def request_stop(self) -> None:
+        """Stop taking work: the operation running now is the last (a SIGTERM asks this)."""
         self._stop.set()
-        with self._drain_lock:  # an operation in flight finishes and is recorded first
-            fleet.worker_retire(name=self.settings.name)
+
+    def shutdown(self) -> None:
+        """Stop within ``WORKER_STOP_SECONDS``: finish the running operation, snapshot every
+        model changed since its recovery point, hand the models over to live workers."""
+        deadline = time.monotonic() + django_settings.WORKER_STOP_SECONDS
+        self._stop.set()
+        locked = self._drain_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            if locked and not self._fenced.is_set():
+                for model_id in self.snapshots.dirty():
+                    self.snapshots.take(model_id, self.fence)
+                log.warning("worker %s stopping: snapshotting its changed models", self.name)
+                self.snapshots.flush(max(0.0, deadline - time.monotonic()))
+            moved = failover.worker_hand_over(fence=self.fence, by=f"worker {self.name}")
+            log.warning("worker %s stopped; %d model(s) handed over", self.name, moved)
+        finally:
+            if locked:
+                self._drain_lock.release()
 
     # -- work ------------------------------------------------------------------------------
     def drain(self) -> int:
@@ -198,18 +269,28 @@ class WorkerRuntime:
         with self._drain_lock:
             if self._stop.is_set():
                 return 0
-            return self._drain()
+            try:
+                return self._drain()
+            except execution.Fenced:
+                self._reset()
+                return 0
 
     def _drain(self) -> int:
         ran = 0
         while True:
-            self._fail_lost()
+            if self._fenced.is_set():
+                self._reset()
+            self._requeue_unrecorded()
             progressed, idle = self._pass()
             if not progressed and not idle:
                 # Nothing runnable: step over refused or long-missing seq_ids, then look again.
                 progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
             ran += progressed
+            if self._stop.is_set():
+                return ran
             if idle or not progressed:
+                for model_id in self.snapshots.due_by_time():  # idle: a good moment
+                    self.snapshots.take(model_id, self.fence)
                 return ran
 
     def _pass(self) -> tuple[int, bool]:
@@ -219,43 +300,61 @@ class WorkerRuntime:
         (then the other claims are not even tried)."""
         progressed = 0
         served: list[str] = []
-        while op := execution.claim_next_training(worker=self.worker, skip=served):
-            waiting = self._finish(op, self._training(op))
+        while op := execution.claim_next_training(fence=self.fence, skip=served):
+            outcome = self._training(op)
+            waiting = self._finish(op, outcome)
             served.append(op.model_id)
+            if outcome.retry:  # not progress: a later pass (the heartbeat's look) tries again
+                continue
             progressed += 1
+            if self._stop.is_set():
+                return progressed, True
             if not (self._waiting() if waiting is None else waiting):
                 return progressed, True
-        claimed = execution.claim_samples(worker=self.worker, limit=SAMPLE_BATCH)
+        claimed = execution.claim_samples(fence=self.fence, limit=SAMPLE_BATCH)
         if claimed:
-            self._samples(claimed)
-            progressed += len(claimed)
-            if not self._waiting():
+            ran = self._samples(claimed)
+            progressed += ran
+            if ran and not self._waiting():
                 return progressed, True
         return progressed, False
 
     def _waiting(self) -> bool:
         return execution.has_waiting_work(worker=self.worker, older_than_seconds=None)
 
-    def _samples(self, claimed: list) -> None:
-        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in claimed)
+    def _samples(self, claimed: list) -> int:
+        """Run and record a batch of samples; how many ran (not put back to wait)."""
+        outcomes: dict[str, Outcome] = {}
+        for model_id in sorted({_live_adapter(op.plan) for op in claimed} - {None}):
+            if self.host.has_adapter(model_id):
+                continue
+            failed = self._restore(model_id)  # sampling from a live model needs its weights
+            if failed is not None:
+                for op in claimed:
+                    if _live_adapter(op.plan) == model_id:
+                        outcomes[op.pk] = failed
+        runnable = [op for op in claimed if op.pk not in outcomes]
+        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
         with self._threads(tokens):
-            outcomes = run_samples(
+            ran = run_samples(
                 self.host,
-                [(op.payload, op.plan) for op in claimed],
+                [(op.payload, op.plan) for op in runnable],
                 self.samplers,
-                [self.vault(op.tenant_id) for op in claimed],
+                [self.vault(op.tenant_id) for op in runnable],
             )
+        outcomes.update((op.pk, outcome) for op, outcome in zip(runnable, ran, strict=True))
         lost: DatabaseError | None = None
-        for op, outcome in zip(claimed, outcomes, strict=True):
-            if lost is not None:  # the database went away: fail the rest later too
+        for op in claimed:
+            if lost is not None:  # the database went away: these run again later
                 self._unrecorded.add(op.pk)
                 continue
             try:
-                self._finish(op, outcome)
+                self._finish(op, outcomes[op.pk])
             except DatabaseError as exc:
                 lost = exc
         if lost is not None:
             raise lost
+        return sum(not outcome.retry for outcome in outcomes.values())
 
     def _threads(self, tokens: int | None):
         """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
@@ -263,10 +362,17 @@ class WorkerRuntime:
             return cpu_threads(self._usual_threads)
         return cpu_threads(threads_for(tokens, self._parameters, self._usual_threads))
 
+    def _op_threads(self, kind: str, payload: dict):
+        return self._threads(work_tokens(kind, payload))
+
     def _training(self, op) -> Outcome:
+        if op.kind not in STATELESS_KINDS and not self.host.has_adapter(op.model_id):
+            failed = self._restore(op.model_id)
+            if failed is not None:
+                return failed
         started = time.perf_counter()
         try:
-            with self._threads(work_tokens(op.kind, op.payload)):
+            with self._op_threads(op.kind, op.payload):
                 result = run_training(
                     self.host, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
                 )
@@ -284,6 +390,48 @@ class WorkerRuntime:
         )
         return outcome
 
+    def _restore(self, model_id: str) -> Outcome | None:
+        """Bring ``model_id`` back onto the host (None: done). A model that cannot be restored
+        fails, saying where its user can resume; a passing failure (storage or the key service
+        away) is tried again a few times first, the operation waiting meanwhile."""
+        try:
+            done = restore_model(
+                self.host,
+                model_id,
+                fence=self.fence,
+                worker_name=self.name,
+                vault=self.vault,
+                threads=self._op_threads,
+            )
+        except recovery.NotHere:
+            return Outcome(error=f"model {model_id} is on another worker", retry=True, home=True)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            outcome = classify(exc)
+            tries = self._restore_failures.get(model_id, 0) + 1
+            self._restore_failures[model_id] = tries
+            log.exception("restoring %s failed (attempt %d)", model_id, tries)
+            passing = outcome.category == "server" and not isinstance(exc, ReplayDiverged)
+            if passing and tries < RESTORE_ATTEMPTS:
+                return Outcome(error=f"restoring model {model_id}: {exc}", retry=True)
+            return Outcome(
+                error=recovery.restore_failed(
+                    model_id=model_id, worker_name=self.name, why=outcome.error or str(exc)
+                ),
+                category="server",
+            )
+        self._restore_failures.pop(model_id, None)
+        self.snapshots.restored(
+            model_id,
+            tenant_id=done.tenant_id,
+            last_seq=done.last_seq,
+            optimizer_steps=done.optimizer_steps,
+        )
+        if done.replayed:  # the next loss of this model need not replay all that again
+            self.snapshots.take(model_id, self.fence)
+        return None
+
     def vault(self, tenant_id) -> Vault:
         """Seals and opens checkpoints with the tenant's keys, as the database holds them now;
         storage (S3 endpoint and region) as this worker's settings say."""
@@ -298,38 +446,49 @@ class WorkerRuntime:
         """Record what became of ``op``; whether other work waited on the worker then (None:
         not known)."""
         try:
+            if outcome.retry:  # not run: pending again, for a later pass
+                execution.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
+                return None
             if outcome.ok:
-                return execution.complete(op, outcome.result or {})
-            execution.fail(op, outcome.error or "failed", outcome.category)
+                waiting = execution.complete(op, outcome.result or {}, self.fence)
+                # after the commit: a snapshot never holds a state the database has not
+                self.snapshots.ran(op, outcome.result or {}, self.fence)
+                return waiting
+            execution.fail(op, outcome.error or "failed", outcome.category, self.fence)
             return None
         except execution.ClaimLost:
-            if op.model_id is not None:
-                self._lost.add(op.model_id)
-                raise
-            # a sample changes nothing on the host: pending again, it simply runs again
-            log.warning("sample %s lost its claim; it will run again", op.pk)
+            # The database lost the claim (it crashed before the claim reached its disk): the
+            # operation is pending again, and runs again after the model is restored.
+            log.warning("%s lost its claim; it runs again", op.pk)
+            self._drop(op)
             return None
         except DatabaseError:
             # The engine ran it, the database did not take the result: this host's state of
-            # the model no longer matches the database. Nothing more runs on it; it is failed
-            # as soon as the database answers again. A sample is failed too (retryably),
-            # rather than left running.
-            if op.model_id is not None:
-                self._lost.add(op.model_id)
-            else:
-                self._unrecorded.add(op.pk)
+            # the model no longer matches the database. The model is restored before it runs
+            # anything again; the operation runs again once the database answers.
+            self._drop(op)
+            self._unrecorded.add(op.pk)
             raise
 
-    def _fail_lost(self) -> None:
-        for model_id in sorted(self._lost):
-            execution.model_lost(
-                model_id=model_id, why="an operation ran but its result could not be recorded"
-            )
-            if self.host.has_adapter(model_id):
-                self.host.remove_adapter(model_id)
-            self._lost.discard(model_id)
+    def _drop(self, op) -> None:
+        if op.model_id is not None:
+            self.snapshots.forget(op.model_id)
+            if self.host.has_adapter(op.model_id):
+                self.host.remove_adapter(op.model_id)
+
+    def _requeue_unrecorded(self) -> None:
         for request_id in sorted(self._unrecorded):
-            execution.fail_unrecorded(
-                request_id=request_id, why="its result could not be recorded; retry it"
-            )
+            execution.requeue(request_id=request_id, fence=self.fence)
             self._unrecorded.discard(request_id)
+
+
+def _live_adapter(plan: dict) -> str | None:
+    """The training model a sample reads the live weights of (None: base or saved weights)."""
+    adapter = plan.get("adapter")
+    if adapter is None or plan.get("storage_path"):
+        return None
+    return adapter
+
+
+def _or(value, default):
+    return default if value is None else value

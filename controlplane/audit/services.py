@@ -131,3 +131,18 @@ def audit_operator(*, tenant: Tenant, action: str, resource: str, reason: str = 
         mutating=True,
         reason=reason or "run from the command line by an operator of the service",
     )
+
+
+def audit_system(*, tenant: Tenant, action: str, resource: str, reason: str) -> AuditEvent:
+    """Something the service did on its own for a tenant (a failover, a restore): no caller and
+    no IAM decision, recorded with what happened."""
+    return audit_record(
+        tenant=tenant,
+        principal="system:loopwright",
+        action=action,
+        resource=resource,
+        allowed=True,
+        effect="System",
+        mutating=True,
+        reason=reason,
+    )

@@ -1,4 +1,5 @@
-"""Periodic housekeeping: expire idle sessions (their models are unloaded), old checkpoints and
+"""Periodic housekeeping: declare dead the workers silent past their lease (their models move),
+expire idle sessions (their models are unloaded), old checkpoints and
 their model package versions, delete KMS keys past their deletion date, place models that wait for
 a worker, prune the audit log, old failed logins and finished request-rate windows, and push
 closed usage windows to Stripe when a key is configured."""
@@ -16,7 +17,11 @@ from controlplane.kms.services import keys_purge
 from controlplane.quotas.ratelimit import request_counts_prune
 from controlplane.registry.services import packages_expire
 from controlplane.tenants.logins import login_failures_prune
-from controlplane.training_sessions.services.placement import models_place_waiting
+from controlplane.training_sessions.services.failover import workers_declare_dead
+from controlplane.training_sessions.services.placement import (
+    models_place_waiting,
+    samplers_place_waiting,
+)
 from controlplane.training_sessions.services.retention import checkpoints_expire
 from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
@@ -24,6 +29,7 @@ log = logging.getLogger("loopwright.janitor")
 
 
 def sweep(*, push_billing: bool = True) -> dict:
+    dead = workers_declare_dead(by="janitor")  # first: their models move before anything else
     expired = sessions_expire_idle()
     if expired:
         log.info("expired %d idle sessions: %s", len(expired), ", ".join(expired))
@@ -39,6 +45,9 @@ def sweep(*, push_billing: bool = True) -> dict:
     placed = models_place_waiting()  # after expiry, so expired sessions' models do not wait
     if placed:
         log.info("placed %d models that waited for a worker", len(placed))
+    samplers = samplers_place_waiting()
+    if samplers:
+        log.info("placed %d samplers that waited for a worker", len(samplers))
     pruned = audit_prune()
     if pruned:
         log.info("pruned %d audit events past retention", pruned)
@@ -47,6 +56,7 @@ def sweep(*, push_billing: bool = True) -> dict:
     # last: Stripe being slow or away never holds up the rest
     sent = billing_push().sent if push_billing else 0
     return {
+        "dead_workers": dead,
         "pruned_audit_events": pruned,
         "expired_sessions": expired,
         "expired_checkpoints": checkpoints,

@@ -1,5 +1,5 @@
 """Workers register the base model they pin, with its tokenizer files, and the networks they reach;
-then they heartbeat."""
+then they hold a lease in the database that their heartbeat renews."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class BaseModel(models.Model):
 class Worker(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
-        GONE = "gone"
+        GONE = "gone"  # stopped on its own, after handing its models over
+        DEAD = "dead"  # silent past its lease, or started again: declared dead, work moved
 
     name = models.CharField(max_length=200, unique=True)
     queue = models.CharField(max_length=200)
@@ -34,6 +35,14 @@ class Worker(models.Model):
     state = models.CharField(max_length=16, choices=State.choices, default=State.ACTIVE)
     started_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField()
+    # The lease: the worker is live while it holds one that has not run out. Each registration
+    # and each declaration of death starts a new generation; every claim and completion names
+    # the generation it was made under, so a worker declared dead can change nothing.
+    generation = models.BigIntegerField(default=0)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "lease_expires_at"], name="worker_lease_idx")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.base_model_id})"

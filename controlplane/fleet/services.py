@@ -1,5 +1,5 @@
-"""Worker registration (with the networks a worker reaches), heartbeats, and the choice of a
-worker for a model: its base model, the session's network, and free room."""
+"""Worker registration (with the networks a worker reaches), leases renewed by heartbeats, and
+the choice of a worker for a model: its base model, the session's network, and free room."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count
+from django.db import connection
+from django.db.models import Count, DateTimeField, Exists, ExpressionWrapper
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from loopwright.types.vpc import SECURITY_GROUP_ID_PATTERN, SUBNET_ID_PATTERN
@@ -101,7 +102,32 @@ def _network_ids(
     return list(dict.fromkeys(subnet_ids)), list(dict.fromkeys(security_group_ids))
 
 
-@transaction.atomic
+def lease_now():
+    """The time leases are measured against: the database's clock on PostgreSQL (so hosts whose
+    clocks disagree still agree on who is live), this process's elsewhere (one machine)."""
+    if connection.vendor == "postgresql":
+        return Now()
+    return timezone.now()
+
+
+def _lease_end():
+    lease = timedelta(seconds=settings.WORKER_LEASE_SECONDS)
+    if connection.vendor == "postgresql":
+        return ExpressionWrapper(Now() + lease, output_field=DateTimeField())
+    return timezone.now() + lease
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A worker process's registration: its row, the generation it works under, and what the
+    row said before (an ``active`` previous incarnation was never declared dead)."""
+
+    worker: Worker
+    generation: int
+    previous_state: str | None
+    previous_generation: int | None
+
+
 def worker_register(
     *,
     name: str,
@@ -116,8 +142,9 @@ def worker_register(
     device: str,
     subnet_ids: Sequence[str] = (),
     security_group_ids: Sequence[str] = (),
-) -> Worker:
-    """Record the worker and what it serves; ``subnet_ids`` empty: the open network."""
+) -> Registration:
+    """Record the worker and what it serves, under a new generation with a fresh lease; runs in
+    the caller's transaction. ``subnet_ids`` empty: the open network."""
     subnet_ids, security_group_ids = _network_ids(subnet_ids, security_group_ids)
     BaseModel.objects.update_or_create(
         name=base_model,
@@ -130,36 +157,56 @@ def worker_register(
         },
     )
     now = timezone.now()
-    worker, _ = Worker.objects.update_or_create(
-        name=name,
-        defaults={
-            "queue": queue,
-            "base_model_id": base_model,
-            "capacity": capacity,
-            "device": device,
-            "subnet_ids": subnet_ids,
-            "security_group_ids": security_group_ids,
-            "state": Worker.State.ACTIVE,
-            "started_at": now,
-            "last_heartbeat_at": now,
-        },
+    fields = {
+        "queue": queue,
+        "base_model_id": base_model,
+        "capacity": capacity,
+        "device": device,
+        "subnet_ids": subnet_ids,
+        "security_group_ids": security_group_ids,
+        "state": Worker.State.ACTIVE,
+        "started_at": now,
+        "last_heartbeat_at": now,
+    }
+    worker = Worker.objects.select_for_update().filter(name=name).first()
+    if worker is None:
+        worker = Worker.objects.create(name=name, generation=1, **fields)
+        before: tuple[str | None, int | None] = (None, None)
+    else:
+        before = (worker.state, worker.generation)
+        for key, value in fields.items():
+            setattr(worker, key, value)
+        worker.generation += 1
+        worker.save()
+    Worker.objects.filter(pk=worker.pk).update(lease_expires_at=_lease_end())
+    worker.refresh_from_db(fields=["lease_expires_at"])
+    return Registration(worker, worker.generation, *before)
+
+
+def worker_renew(*, worker_id: int, generation: int) -> bool:
+    """The heartbeat: extend the lease of ``generation``. False: the worker was declared dead
+    (or started again elsewhere under its name); it must drop what it holds and register anew."""
+    return bool(
+        Worker.objects.filter(
+            pk=worker_id, generation=generation, state=Worker.State.ACTIVE
+        ).update(last_heartbeat_at=timezone.now(), lease_expires_at=_lease_end())
     )
-    return worker
 
 
-def worker_heartbeat(*, name: str) -> None:
-    Worker.objects.filter(name=name).update(
-        last_heartbeat_at=timezone.now(), state=Worker.State.ACTIVE
-    )
-
-
-def worker_retire(*, name: str) -> None:
-    Worker.objects.filter(name=name).update(state=Worker.State.GONE)
+def holds_lease(*, worker_id: int, generation: int) -> bool:
+    """Whether ``generation`` is still the worker's (nobody declared it dead meanwhile)."""
+    return Worker.objects.filter(
+        pk=worker_id, generation=generation, state=Worker.State.ACTIVE
+    ).exists()
 
 
 def live_workers():
-    cutoff = timezone.now() - timedelta(seconds=settings.WORKER_STALE_SECONDS)
-    return Worker.objects.filter(state=Worker.State.ACTIVE, last_heartbeat_at__gte=cutoff)
+    return Worker.objects.filter(state=Worker.State.ACTIVE, lease_expires_at__gte=lease_now())
+
+
+def expired_workers():
+    """Workers still marked active whose lease has run out: dead until they say otherwise."""
+    return Worker.objects.filter(state=Worker.State.ACTIVE, lease_expires_at__lt=lease_now())
 
 
 def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
@@ -207,3 +254,46 @@ def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
         f"{base_model}, {full}",
         cause=NoWorkerAvailable.CAPACITY,
     )
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A worker process's right to act: its row and the generation it registered under. Every
+    claim and completion carries it, and changes nothing once the generation is not current.
+
+    On PostgreSQL the check also holds the worker's row (``FOR KEY SHARE``, which a heartbeat's
+    update does not wait for) until the statement's transaction ends, so a declaration of death
+    (which locks the row ``FOR UPDATE``) waits for the claims and completions in flight, and
+    they, once it commits, find the generation gone.
+    """
+
+    worker_id: int
+    generation: int
+
+    def sql(self) -> tuple[str, list]:
+        """A condition (and its parameters) that holds while the fence does."""
+        table = connection.ops.quote_name(Worker._meta.db_table)
+        lock = " FOR KEY SHARE" if connection.vendor == "postgresql" else ""
+        condition = (
+            f"EXISTS (SELECT 1 FROM {table} fw WHERE fw.id = %s "
+            f"AND fw.generation = %s AND fw.state = %s{lock})"
+        )
+        return condition, [self.worker_id, self.generation, Worker.State.ACTIVE]
+
+    def q(self) -> Exists:
+        """The same condition for the ORM, without the lock (SQLite serialises writers)."""
+        return Exists(
+            Worker.objects.filter(
+                pk=self.worker_id, generation=self.generation, state=Worker.State.ACTIVE
+            )
+        )
+
+    def lock(self) -> bool:
+        """Inside a transaction: whether the fence holds, keeping it so until the commit."""
+        condition, params = self.sql()
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {condition}", params)
+            return bool(cursor.fetchone()[0])
+
+    def holds(self) -> bool:
+        return holds_lease(worker_id=self.worker_id, generation=self.generation)

@@ -95,6 +95,11 @@ class TrainingModel(models.Model):
     placed_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
     next_seq = models.IntegerField(default=0)
+    # Where a new worker starts from if this one is lost: the state after operation ``seq``
+    # (a state save without pending gradients, or the service's own snapshot), as
+    # ``{"seq", "kind", "tinker_path"?, "storage_uri", "storage_path", "manifest", "sealing",
+    # "at"}``; None: from the start (its create_model). Only ever moves forward.
+    recovery = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_request_at = models.DateTimeField(auto_now_add=True)
 
@@ -125,7 +130,10 @@ class SamplingSession(models.Model):
     live_model = models.ForeignKey(
         TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers"
     )
-    worker = models.ForeignKey(Worker, on_delete=models.PROTECT, related_name="samplers")
+    # None while it waits for a live worker (its worker was lost and none serves its base model)
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.PROTECT, related_name="samplers"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -249,3 +257,48 @@ class Checkpoint(models.Model):
     base_model = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+
+
+class Recovery(models.Model):
+    """A model taken off a worker that was lost or stopped, and how it was brought back: its
+    recovery point loaded on another worker (or the same one, started again) and the training
+    operations completed since replayed."""
+
+    class Cause(models.TextChoices):
+        WORKER_LOST = "worker_lost"  # silent past its lease
+        WORKER_RESTARTED = "worker_restarted"  # started again under its name before that
+        WORKER_STOPPED = "worker_stopped"  # stopped on its own and handed its models over
+        STATE_UNRECORDED = "state_unrecorded"  # its worker could not record a result
+
+    class Outcome(models.TextChoices):
+        RESTORING = "restoring"
+        RESTORED = "restored"
+        FAILED = "failed"
+        ENDED = "ended"  # the model was unloaded before anything needed it back
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="recoveries")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="recoveries")
+    model = models.ForeignKey(TrainingModel, on_delete=models.CASCADE, related_name="recoveries")
+    cause = models.CharField(max_length=32, choices=Cause.choices)
+    from_worker = models.CharField(max_length=200)
+    to_worker = models.CharField(max_length=200, blank=True)
+    declared_at = models.DateTimeField()
+    declared_by = models.CharField(max_length=200)  # which process noticed
+    requeued = models.IntegerField(default=0)  # its operations put back to pending
+    recovery_seq = models.IntegerField(null=True, blank=True)  # None: from create_model
+    recovery_kind = models.CharField(max_length=16, blank=True)  # snapshot | save | start
+    replayed = models.IntegerField(null=True, blank=True)
+    restored_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.RESTORING)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["model", "-declared_at"], name="recovery_model_idx")]
+
+    @property
+    def seconds(self) -> float | None:
+        """From the moment the loss was noticed to the model being whole again."""
+        if self.restored_at is None:
+            return None
+        return (self.restored_at - self.declared_at).total_seconds()

@@ -7,7 +7,7 @@ from django.db.models import Max
 from controlplane.tenants.models import Tenant
 
 from .errors import NotFound
-from .models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
+from .models import Checkpoint, Operation, Recovery, SamplingSession, Session, TrainingModel
 
 
 def session_get(*, tenant: Tenant, session_id: str) -> Session:
@@ -21,6 +21,11 @@ def session_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[S
     return list(
         Session.objects.filter(tenant=tenant).order_by("-created_at")[offset : offset + limit]
     )
+
+
+def session_recoveries(session: Session, limit: int = 100) -> list[Recovery]:
+    """The session's failovers, newest first."""
+    return list(session.recoveries.order_by("-declared_at", "-id")[:limit])
 
 
 def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:
@@ -66,6 +71,8 @@ def operation_queue_state(op: Operation) -> tuple[str, str | None]:
     """How a pending operation waits: running normally, or held while its model waits for a
     worker (with the reason)."""
     if op.model_id is None:
+        if op.worker_id is None:  # its sampler's worker was lost and none else is live yet
+            return "paused_capacity", "waiting for a live worker that serves its base model"
         return "active", None
     placement, reason = (
         TrainingModel.objects.filter(pk=op.model_id)

@@ -19,6 +19,7 @@ TINY = TINY_MODEL
 
 @pytest.fixture(autouse=True)
 def _settings(settings, tmp_path):
+    settings.WORKER_LEASE_SECONDS = 600  # no heartbeat runs in these tests
     settings.BROKER_URL = "memory://"
     settings.STORAGE_DIR = tmp_path / "storage"
     settings.LONG_POLL_SECONDS = 0.2
@@ -101,7 +102,14 @@ def runtime(db, tiny_host_factory):
     from workers.runtime import WorkerRuntime, WorkerSettings
 
     return WorkerRuntime(
-        WorkerSettings(name="test0", base_model=TINY, capacity=4),
+        # snapshots are taken where a test asks for them
+        WorkerSettings(
+            name="test0",
+            base_model=TINY,
+            capacity=4,
+            snapshot_every_steps=0,
+            snapshot_every_seconds=0,
+        ),
         host=tiny_host_factory(),
         heartbeat=False,
     )

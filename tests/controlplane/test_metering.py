@@ -106,12 +106,16 @@ def test_usage_equals_tokens_counted_from_requests_and_results(alice, scripted) 
     assert body["total_quantity"] == sum(expected.values())
 
 
-def test_completing_again_adds_nothing(scripted) -> None:
+def test_completing_again_adds_nothing(scripted, runtime) -> None:
     before = _usage()
     for op in Operation.objects.filter(kind__in=["forward_backward", "forward", "sample"]):
-        execution.complete(op, op.result)  # a redelivered completion: no longer running
+        execution.complete(
+            op, op.result, runtime.fence
+        )  # a redelivered completion: no longer running
         Operation.objects.filter(pk=op.pk).update(status=Operation.Status.RUNNING)
-        execution.complete(op, op.result)  # completed again after a worker lost track of it
+        execution.complete(
+            op, op.result, runtime.fence
+        )  # completed again after a worker lost track of it
         usage_record_for(op)
     assert _usage() == before
     assert UsageRecord.objects.count() == 5  # 2 forward_backward, forward, sample × 2 meters

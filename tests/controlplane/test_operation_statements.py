@@ -9,6 +9,7 @@ import json
 
 import psycopg
 import pytest
+import torch
 from django.db import OperationalError, connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
@@ -16,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from controlplane.metering.models import UsageDaily, UsageRecord
 from controlplane.metering.rollup import daily_rebuild
 from controlplane.training_sessions import notify
-from controlplane.training_sessions.models import Operation, TrainingModel
+from controlplane.training_sessions.models import Operation, Recovery, TrainingModel
 from controlplane.training_sessions.services import execution
 
 from .conftest import TINY
@@ -35,7 +36,7 @@ def _database_goes_away_once(monkeypatch) -> None:
     """The next completion the worker records fails as if the database had gone away."""
     real = execution.complete
 
-    def gone(op, result):
+    def gone(op, result, fence):
         monkeypatch.setattr(execution, "complete", real)
         raise OperationalError("server closed the connection unexpectedly")
 
@@ -114,16 +115,16 @@ def test_the_claim_takes_each_models_next_operation_oldest_first(postgres, alice
     for model_id, seq in ((a, 2), (b, 1), (a, 1)):  # a's seq 2 waits for its seq 1
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = execution.claim_next_training(worker=runtime.worker)
+    first = execution.claim_next_training(fence=runtime.fence)
     assert (first.model_id, first.seq_id, first.status) == (b, 1, "running")
     assert Operation.objects.get(pk=first.pk).status == "running"
-    second = execution.claim_next_training(worker=runtime.worker, skip=[b])
+    second = execution.claim_next_training(fence=runtime.fence, skip=[b])
     assert (second.model_id, second.seq_id) == (a, 1)
     # a's seq 2 is not runnable until seq 1 completes, b has nothing left
-    assert execution.claim_next_training(worker=runtime.worker) is None
-    execution.complete(second, {"loss_fn_outputs": [], "metrics": {}})
-    assert execution.claim_next_training(worker=runtime.worker, skip=[a]) is None
-    third = execution.claim_next_training(worker=runtime.worker)
+    assert execution.claim_next_training(fence=runtime.fence) is None
+    execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
+    assert execution.claim_next_training(fence=runtime.fence, skip=[a]) is None
+    third = execution.claim_next_training(fence=runtime.fence)
     assert (third.model_id, third.seq_id) == (a, 2)
 
 
@@ -134,9 +135,11 @@ def test_one_statement_completion_meters_as_the_general_path(postgres, alice, ru
     for seq, n in enumerate(sizes, start=1):
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum(list(range(1, n + 1)))]))
         assert r.status_code == 200, r.content
-    op = execution.claim_next_training(worker=runtime.worker)
-    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}})
-    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}})  # again: nothing more
+    op = execution.claim_next_training(fence=runtime.fence)
+    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
+    execution.complete(
+        op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence
+    )  # again: nothing more
     runtime.drain()
     ops = Operation.objects.filter(model_id=model_id, kind="forward_backward").order_by("seq_id")
     assert [o.status for o in ops] == ["done"] * len(sizes)
@@ -152,27 +155,57 @@ def test_one_statement_completion_meters_as_the_general_path(postgres, alice, ru
     assert written["train_tokens"] == sum(sizes)
 
 
-def test_a_result_the_database_could_not_take_fails_the_model(alice, runtime, monkeypatch) -> None:
+def _adapter(runtime, model_id: str) -> dict:
+    return {k: v.clone() for k, v in runtime.host.pool.state_dict(model_id).items()}
+
+
+def _steps(alice, model_id: str) -> list[dict]:
+    """A forward_backward and an optim_step of ``model_id`` (seq_id 1 and 2)."""
+    first = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
+    adam = {"learning_rate": 0.05}
+    later = alice.post(
+        "optim_step", {"model_id": model_id, "seq_id": 2, "adam_params": adam}
+    ).json()
+    return [first, later]
+
+
+def _unharmed_run(alice, runtime, session) -> dict:
+    """The adapter after the same two steps with nothing going wrong (same seed)."""
+    model_id = create_model(alice, runtime, session, seq=9)
+    for fut in _steps(alice, model_id):
+        assert "metrics" in result(alice, runtime, fut)
+    return _adapter(runtime, model_id)
+
+
+def test_a_result_the_database_could_not_take_runs_again_once(alice, runtime, monkeypatch) -> None:
     """The engine ran the step but its completion was not recorded (the database went away):
-    the step must not run again on an adapter that already took it; the model is failed, with
-    everything it had not finished, once the database answers, and the session stays usable."""
+    the host's state of the model took the step, the database's did not. Once the database
+    answers, the step is pending again; the model is restored (here from its start) and the
+    step runs once more: it ends exactly as if it had run once, and is billed once."""
     session = open_session(alice)
     model_id = create_model(alice, runtime, session)
-    first = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
-    later = alice.post("optim_step", {"model_id": model_id, "seq_id": 2, "adam_params": {}}).json()
+    first, later = _steps(alice, model_id)
     _database_goes_away_once(monkeypatch)
     with pytest.raises(OperationalError):
         runtime.drain()
     assert Operation.objects.get(pk=first["request_id"]).status == "running"
+    assert not runtime.host.has_adapter(model_id)  # its state here no longer counts
     runtime.drain()  # the database answers again
     for fut in (first, later):
-        body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
-        assert body["category"] == "server" and f"model {model_id} was lost" in body["error"]
-    assert TrainingModel.objects.get(pk=model_id).state == "failed"
-    assert not runtime.host.has_adapter(model_id)
-    other = create_model(alice, runtime, session, seq=1)
-    ok = alice.post("forward_backward", fwdbwd(other, 1, [datum([1, 2])])).json()
-    assert "metrics" in result(alice, runtime, ok)
+        assert "metrics" in result(alice, runtime, fut)
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.cause, recovery.outcome, recovery.replayed) == (
+        "state_unrecorded",
+        "restored",
+        1,  # its create_model: the forward_backward was never recorded, so it ran anew
+    )
+    usage = UsageRecord.objects.filter(operation_id=first["request_id"])
+    assert list(usage.values_list("meter", flat=True)) == ["train_tokens"]  # once
+    assert _equal(_adapter(runtime, model_id), _unharmed_run(alice, runtime, session))
+
+
+def _equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_samples_are_claimed_together_oldest_first(alice, runtime) -> None:
@@ -196,43 +229,44 @@ def test_samples_are_claimed_together_oldest_first(alice, runtime) -> None:
         r = alice.post("asample", body)
         assert r.status_code == 200, r.content
         ids.append(r.json()["request_id"])
-    first = execution.claim_samples(worker=runtime.worker, limit=3)
+    first = execution.claim_samples(fence=runtime.fence, limit=3)
     assert [op.pk for op in first] == ids[:3]
     assert all(op.status == "running" for op in first)
-    rest = execution.claim_samples(worker=runtime.worker, limit=10)
+    rest = execution.claim_samples(fence=runtime.fence, limit=10)
     assert [op.pk for op in rest] == ids[3:]
-    assert execution.claim_samples(worker=runtime.worker, limit=10) == []
+    assert execution.claim_samples(fence=runtime.fence, limit=10) == []
 
 
-def test_a_claim_the_database_lost_is_not_run_twice(alice, runtime, monkeypatch) -> None:
+def test_a_claim_the_database_lost_is_not_applied_twice(alice, runtime, monkeypatch) -> None:
     """The database crashed after the claim (committed without waiting for the disk) and came
-    back without it: the step that ran is pending again. Its completion notices, and the model
-    is failed rather than the step applied a second time."""
-    model_id = create_model(alice, runtime, open_session(alice))
-    fut = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
+    back without it: the step that ran is pending again. Its completion notices; the model is
+    restored before the step runs again, so the step is applied once."""
+    session = open_session(alice)
+    model_id = create_model(alice, runtime, session)
+    first, later = _steps(alice, model_id)
     real = runtime._training
     ran: list[str] = []
 
     def crash_after_running(op):
         outcome = real(op)
         ran.append(op.pk)
-        Operation.objects.filter(pk=op.pk).update(status="pending", started_at=None)
+        if len(ran) == 1:
+            Operation.objects.filter(pk=op.pk).update(status="pending", started_at=None)
         return outcome
 
     monkeypatch.setattr(runtime, "_training", crash_after_running)
-    with pytest.raises(execution.ClaimLost):
-        runtime.drain()
     runtime.drain()
-    assert ran == [fut["request_id"]]  # ran once, never again
-    body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
-    assert body["category"] == "server" and f"model {model_id} was lost" in body["error"]
-    assert TrainingModel.objects.get(pk=model_id).state == "failed"
+    for fut in (first, later):
+        assert "metrics" in result(alice, runtime, fut)
+    assert ran == [first["request_id"], first["request_id"], later["request_id"]]
+    assert TrainingModel.objects.get(pk=model_id).state == "ready"
+    assert _equal(_adapter(runtime, model_id), _unharmed_run(alice, runtime, session))
 
 
-def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monkeypatch) -> None:
+def test_samples_the_database_could_not_take_run_again(alice, runtime, monkeypatch) -> None:
     """A batch of samples ran, then the database went away while recording them: none is left
-    running; once the database answers, each is failed retryably (a sample changes nothing on
-    the host, so the session goes on)."""
+    running; once the database answers, each runs again (a sample changes nothing on the host)
+    and, seeded, draws the same tokens."""
     session = open_session(alice)
     r = alice.post(
         "create_sampling_session",
@@ -253,13 +287,23 @@ def test_samples_the_database_could_not_take_fail_retryably(alice, runtime, monk
         ).json()
         for seq in (1, 2)
     ]
-    _database_goes_away_once(monkeypatch)
+    real = execution.complete
+    first_run: dict[str, list] = {}
+
+    def gone(op, result, fence):  # the first completion fails; the rest are not even tried
+        first_run[op.pk] = [s["tokens"] for s in result["sequences"]]
+        monkeypatch.setattr(execution, "complete", real)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "complete", gone)
     with pytest.raises(OperationalError):
         runtime.drain()
+    assert not Operation.objects.filter(status="pending").exists()
     runtime.drain()  # the database answers again
     for fut in futures:
-        body = alice.post("retrieve_future", {"request_id": fut["request_id"]}).json()
-        assert body["category"] == "server" and "retry it" in body["error"], body
+        body = result(alice, runtime, fut)
+        if fut["request_id"] in first_run:
+            assert [s["tokens"] for s in body["sequences"]] == first_run[fut["request_id"]]
     again = alice.post(
         "asample",
         {
@@ -278,7 +322,7 @@ def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
 ) -> None:
     model_id = create_model(alice, runtime, open_session(alice))
     r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
-    claimed = execution.claim_next_training(worker=runtime.worker)
+    claimed = execution.claim_next_training(fence=runtime.fence)
     assert claimed.pk == r.json()["request_id"] and not connection.in_atomic_block
     with psycopg.connect(**notify.connect_params()) as other:  # committed: others see it
         status = other.execute(
@@ -312,10 +356,12 @@ def test_what_the_completion_finds_waiting_is_run_in_the_same_drain(
     for seq in (1, 2):  # the second becomes runnable only when the first completes
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = execution.claim_next_training(worker=runtime.worker)
-    assert execution.complete(first, {"loss_fn_outputs": [], "metrics": {}}) is True
-    second = execution.claim_next_training(worker=runtime.worker)
-    assert execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}) is False
+    first = execution.claim_next_training(fence=runtime.fence)
+    assert execution.complete(first, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is True
+    second = execution.claim_next_training(fence=runtime.fence)
+    assert (
+        execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is False
+    )
     for seq in (3, 4):
         alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
     assert runtime.drain() == 2  # one drain: the look after seq 3 found seq 4

@@ -16,7 +16,7 @@ from controlplane.api.errors import field_path
 from controlplane.fleet.janitor import sweep
 from controlplane.fleet.models import Worker
 from controlplane.training_sessions.errors import SessionError
-from controlplane.training_sessions.models import Operation, Session, TrainingModel
+from controlplane.training_sessions.models import Operation, SamplingSession, Session, TrainingModel
 from controlplane.training_sessions.services import submit
 from controlplane.training_sessions.services.sessions import session_create, sessions_expire_idle
 from loopwright import ServiceClient
@@ -55,6 +55,8 @@ def add_worker(db, tiny_host_factory):
             capacity=capacity,
             subnet_ids=tuple(subnets),
             security_group_ids=tuple(security_groups),
+            snapshot_every_steps=0,
+            snapshot_every_seconds=0,
         )
         return WorkerRuntime(settings, host=tiny_host_factory(), heartbeat=False)
 
@@ -253,7 +255,10 @@ def test_open_network_sessions_never_land_on_vpc_workers(alice, add_worker) -> N
         "create_sampling_session",
         {"session_id": open_sid, "sampling_session_seq_id": 1, "model_id": waiting},
     )
-    assert sampler.status_code == 409 and sampler.json()["field"] == "model_id"
+    # a sampler of the waiting model's live weights waits with it
+    assert sampler.status_code == 200
+    live_sampler = SamplingSession.objects.get(pk=sampler.json()["sampling_session_id"])
+    assert live_sampler.worker is None
 
     # reaching the subnet is not enough: every security group must be offered
     other_group = vpc_session(
@@ -268,6 +273,8 @@ def test_open_network_sessions_never_land_on_vpc_workers(alice, add_worker) -> N
     # an open-network worker registers: the open session's model goes there, not the VPC one
     open_worker = add_worker("open0")
     assert info(alice, waiting)["worker"] == "open0"
+    live_sampler.refresh_from_db()
+    assert live_sampler.worker.name == "open0"  # it followed its model
     assert info(alice, mid)["placement"] == "waiting_for_network"
     assert vpc.drain() == 0
     assert open_worker.drain() == 1
@@ -389,9 +396,12 @@ def test_a_waiting_model_unloads_stops_and_expires_at_once(alice, runtime, add_w
     assert not TrainingModel.objects.filter(worker__name="vpc0").exists()
 
 
-def test_a_restarting_worker_fails_what_it_held_and_then_takes_waiting_models(
+def test_a_restarting_worker_takes_back_what_it_held_before_waiting_models(
     alice, runtime, add_worker
 ) -> None:
+    """A worker started again before its lease ran out: its previous process is declared dead
+    as it registers, and the model it held keeps its slot (older than the one waiting) and is
+    restored when it next runs something."""
     vpc = add_worker("vpc0", subnets=[SUBNET_B], security_groups=[SG_1], capacity=1)
     held = vpc_session(alice, VPC_B)
     held_model = new_model(alice, held)
@@ -400,9 +410,17 @@ def test_a_restarting_worker_fails_what_it_held_and_then_takes_waiting_models(
     assert info(alice, waiting["model_id"])["placement"] == "waiting_for_capacity"
 
     restarted = add_worker("vpc0", subnets=[SUBNET_B], security_groups=[SG_1], capacity=1)
-    assert info(alice, held_model["model_id"])["state"] == "failed"  # its adapter died with it
-    assert info(alice, waiting["model_id"])["worker"] == "vpc0"
-    assert result(alice, restarted, waiting) == {"model_id": waiting["model_id"]}
+    moved = info(alice, held_model["model_id"])
+    assert (moved["state"], moved["worker"]) == ("ready", "vpc0")
+    assert info(alice, waiting["model_id"])["placement"] == "waiting_for_capacity"
+    step = alice.post("forward_backward", fwdbwd(held_model["model_id"], 1, [datum([1, 2])]))
+    assert "metrics" in result(alice, restarted, step.json())
+    recovery = TrainingModel.objects.get(pk=held_model["model_id"]).recoveries.get()
+    assert (recovery.cause, recovery.outcome, recovery.to_worker) == (
+        "worker_restarted",
+        "restored",
+        "vpc0",
+    )
 
 
 def test_charlie_cannot_see_a_waiting_session_or_model(alice, charlie, runtime) -> None:

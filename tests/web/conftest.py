@@ -16,6 +16,7 @@ PASSWORD = "correct horse battery staple"
 
 @pytest.fixture(autouse=True)
 def _settings(settings, tmp_path):
+    settings.WORKER_LEASE_SECONDS = 600  # no heartbeat runs in these tests
     settings.BROKER_URL = "memory://"
     settings.STORAGE_DIR = tmp_path / "storage"
     settings.LONG_POLL_SECONDS = 0.2
@@ -89,7 +90,7 @@ def worker(db):
         tokenizer_path="",
         capacity=8,
         device="cuda",
-    )
+    ).worker
 
 
 def train_tokens(n: int) -> dict:
@@ -101,13 +102,16 @@ def train_tokens(n: int) -> dict:
 def finish(op, result: dict | None = None, *, error: str = ""):
     """Run ``op`` as a worker would: claim it, then complete it with ``result`` (usage rows and
     all) or fail it with ``error``."""
+    from controlplane.fleet.services import Fence
     from controlplane.training_sessions.services import execution
 
-    assert execution.claim(op)
+    op.refresh_from_db()  # placed after it was made: on its worker now
+    fence = Fence(op.worker.pk, op.worker.generation)
+    assert execution.claim(op, fence)
     if error:
-        execution.fail(op, error, "user")
+        execution.fail(op, error, "user", fence)
     else:
-        execution.complete(op, result or {})
+        execution.complete(op, result or {}, fence)
     op.refresh_from_db()
     return op
 

@@ -37,7 +37,7 @@ from loopwright.types import (
 )
 
 from . import batch as batching
-from . import checkpoints, memory
+from . import checkpoints, memory, snapshots
 from .adapters import AdapterConfig, AdapterPool
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, InvalidInput
@@ -230,22 +230,79 @@ class ModelHost:
         """Training state (adapter + AdamW) or, with ``optimizer=False``, sampler weights."""
         with self._operation():
             tensors = self.pool.state_dict(model_id)
-            pcfg = self.pool.peft_config(model_id).to_dict()
-            pcfg["base_model_name_or_path"] = str(self.materialized.path)
-            pcfg["target_modules"] = (
-                pcfg["target_modules"]
-                if isinstance(pcfg["target_modules"], str)
-                else sorted(pcfg["target_modules"])
-            )
             return checkpoints.write(
                 Path(directory),
                 kind=checkpoints.TRAINING_STATE if optimizer else checkpoints.SAMPLER_WEIGHTS,
                 base_model=self.base_model,
                 lora=self.pool.config(model_id),
                 adapter_tensors=tensors,
-                peft_config_json=_jsonable(pcfg),
+                peft_config_json=self._peft_config_json(model_id),
                 optimizer=self.pool.optimizer(model_id) if optimizer else None,
             )
+
+    def _peft_config_json(self, model_id: str) -> dict:
+        pcfg = self.pool.peft_config(model_id).to_dict()
+        pcfg["base_model_name_or_path"] = str(self.materialized.path)
+        pcfg["target_modules"] = (
+            pcfg["target_modules"]
+            if isinstance(pcfg["target_modules"], str)
+            else sorted(pcfg["target_modules"])
+        )
+        return _jsonable(pcfg)
+
+    def has_pending_gradients(self, model_id: str) -> bool:
+        """Whether ``forward_backward`` left gradients that no ``optim_step`` has applied yet."""
+        with self._operation():
+            return any(p.grad is not None for p in self.pool.parameters(model_id).values())
+
+    def capture(self, model_id: str) -> snapshots.Snapshot:
+        """The adapter's whole training state, copied to the CPU (written later, elsewhere)."""
+        with self._operation():
+            params = self.pool.parameters(model_id)
+            state = self.pool.optimizer(model_id)
+            return snapshots.Snapshot(
+                base_model=self.base_model,
+                lora=self.pool.config(model_id),
+                adapter=snapshots.copied(self.pool.state_dict(model_id)),
+                optimizer=AdamState(
+                    state.step, snapshots.copied(state.exp_avg), snapshots.copied(state.exp_avg_sq)
+                ),
+                gradients=snapshots.copied(
+                    {k: p.grad for k, p in params.items() if p.grad is not None}
+                ),
+                peft_config_json=self._peft_config_json(model_id),
+            )
+
+    def restore(self, model_id: str, directory: Path) -> checkpoints.CheckpointMeta:
+        """(Re)create the adapter from a snapshot folder: weights, AdamW state and pending
+        gradients exactly as captured. Everything is read and checked before anything changes."""
+        with self._operation():
+            directory = Path(directory)
+            meta = checkpoints.read_meta(directory)
+            if meta.base_model != self.base_model:
+                raise CheckpointError(
+                    f"snapshot is for base model {meta.base_model!r}, this is {self.base_model!r}"
+                )
+            tensors = checkpoints.read_adapter(directory)
+            state = checkpoints.read_optimizer(directory, meta)
+            gradients = snapshots.read_gradients(directory)
+            if model_id in self.pool:
+                self.pool.remove(model_id)
+            self.pool.create(model_id, meta.lora)
+            try:
+                self.pool.load_state_dict(model_id, tensors)
+                params = self.pool.parameters(model_id)
+                unknown = set(gradients) - set(params)
+                if unknown:
+                    raise CheckpointError(f"snapshot gradients for unknown {sorted(unknown)[:3]}")
+                device = next(iter(params.values())).device
+                self.pool.set_optimizer(model_id, state.to(device))
+                for name, grad in gradients.items():
+                    params[name].grad = grad.to(device)
+            except BaseException:
+                self.pool.remove(model_id)
+                raise
+            return meta
 
     def load_state(
         self, model_id: str, directory: Path, *, optimizer: bool

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from rest_framework.response import Response
 
 from controlplane.iam.resources import session_arn
 from controlplane.training_sessions import notify, selectors
+from controlplane.training_sessions.services import failover
 from loopwright.types import FutureRetrieveRequest
 
 from ..answers import finished_body
@@ -24,4 +26,6 @@ def retrieve_future(request: Request) -> Response:
     allow(request, "sessions:RetrieveFuture", session_arn(tenant_of(request), op.session_id))
     op = notify.wait_finished(op, time.monotonic() + settings.LONG_POLL_SECONDS)
     body, status = finished_body(op)
+    if status == 408:  # still waiting: perhaps on a worker that died and nobody noticed yet
+        failover.look_for_dead_workers(by=f"control plane {socket.gethostname()}")
     return Response(body, status=status)

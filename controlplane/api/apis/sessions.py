@@ -10,7 +10,7 @@ from controlplane.iam.resources import session_arn
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_resolve
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.models import Recovery, Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
@@ -37,6 +37,31 @@ def session_json(s: Session) -> dict:
         "training_run_ids": models,
         "sampler_ids": samplers,
         **session_placement_json(s),
+        "recoveries": [recovery_json(r) for r in selectors.session_recoveries(s)],
+    }
+
+
+def recovery_json(r: Recovery) -> dict:
+    """One failover of a model: which worker was lost, how and when it was noticed, where the
+    model went, what it resumed from, what it replayed and how long it took."""
+    return {
+        "model_id": r.model_id,
+        "cause": r.cause,
+        "from_worker": r.from_worker,
+        "to_worker": r.to_worker or None,
+        "declared_at": r.declared_at.isoformat(),
+        "declared_by": r.declared_by,
+        "operations_requeued": r.requeued,
+        "recovery_point": (
+            None
+            if r.recovery_kind in ("", "start") and r.recovery_seq is None
+            else {"seq_id": r.recovery_seq, "kind": r.recovery_kind}
+        ),
+        "operations_replayed": r.replayed,
+        "restored_at": r.restored_at.isoformat() if r.restored_at else None,
+        "seconds_to_recover": r.seconds,
+        "outcome": r.outcome,
+        "error": r.error or None,
     }
 
 

@@ -20,12 +20,14 @@ from django.utils import timezone
 
 from controlplane import rows
 from controlplane.fleet.models import Worker
+from controlplane.fleet.services import Fence
 from controlplane.metering.rollup import usage_write_ctes
 from controlplane.metering.services import usage_record_for, usage_rows_for
 from controlplane.registry.services import package_register
 from controlplane.storage import manifest_digest
 
-from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel
+from ..models import Checkpoint, Operation, Recovery, SamplingSession, Session, TrainingModel
+from . import recovery
 from .sessions import session_finish_if_unloaded
 
 log = logging.getLogger(__name__)
@@ -45,19 +47,19 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
     )
 
 
-def claim_next_training(*, worker: Worker, skip: Collection[str] = ()) -> Operation | None:
+def claim_next_training(*, fence: Fence, skip: Collection[str] = ()) -> Operation | None:
     """The oldest runnable training operation on the worker (its model's ``next_seq``), of a
-    model not in ``skip``, claimed; None when there is none. On PostgreSQL the look and the
-    claim are one statement."""
+    model not in ``skip``, claimed under ``fence``; None when there is none (or the fence no
+    longer holds). On PostgreSQL the look and the claim are one statement."""
     if connection.vendor == "postgresql":
-        return _claim_next_in_one_statement(worker, skip)
-    for op in next_training_ops(worker=worker):
-        if op.model_id not in skip and claim(op):
+        return _claim_next_in_one_statement(fence, skip)
+    for op in next_training_ops(worker=Worker(pk=fence.worker_id)):
+        if op.model_id not in skip and claim(op, fence):
             return op
     return None
 
 
-def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Operation | None:
+def _claim_next_in_one_statement(fence: Fence, skip: Collection[str]) -> Operation | None:
     # The pick locks its row and re-checks it is still pending (another transaction may have
     # just failed it, say a stop), going on to the next one if not: nothing runnable is missed.
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
@@ -65,6 +67,7 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
     if skip:
         skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
     now = timezone.now()
+    fenced, fence_params = fence.sql()
     sql = f"""
         UPDATE {ops} SET status = %s, started_at = %s
         WHERE id = (
@@ -72,11 +75,12 @@ def _claim_next_in_one_statement(worker: Worker, skip: Collection[str]) -> Opera
             WHERE o.worker_id = %s AND o.status = %s AND o.seq_id = m.next_seq {skipping}
             ORDER BY o.created_at LIMIT 1
             FOR UPDATE OF o SKIP LOCKED
-        ) AND status = %s
+        ) AND status = %s AND worker_id = %s AND {fenced}
         RETURNING {_returned()}
     """
-    pending = Operation.Status.PENDING
-    claimed = _claimed(sql, [Operation.Status.RUNNING, now, worker.pk, pending, *skip, pending])
+    pending, worker_id = Operation.Status.PENDING, fence.worker_id
+    params = [Operation.Status.RUNNING, now, worker_id, pending, *skip, pending, worker_id]
+    claimed = _claimed(sql, params + fence_params)
     return claimed[0] if claimed else None
 
 
@@ -131,17 +135,19 @@ def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
                 oldest = max(oldest, model.placed_at)  # time spent waiting for a worker is no gap
             if oldest is None or (timezone.now() - oldest).total_seconds() < gap_seconds:
                 break
-            _record_missing(model)
+            _record_missing(model, worker)
             model.refresh_from_db(fields=["next_seq"])
             settled += 1
     return settled
 
 
 @transaction.atomic
-def _record_missing(model: TrainingModel) -> None:
+def _record_missing(model: TrainingModel, worker: Worker) -> None:
     # Under the model's row lock, as every insert of a model's operation (submit relies on it).
     model = TrainingModel.objects.select_for_update().get(pk=model.pk)
     seq = model.next_seq
+    if model.worker_id != worker.pk:
+        return  # it moved to another worker meanwhile
     if Operation.objects.filter(model=model, seq_id=seq).exists():
         return  # it arrived after all
     op = Operation.objects.create(
@@ -169,12 +175,14 @@ def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
     )
 
 
-def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
-    """Up to ``limit`` of the worker's pending samples, oldest first, claimed (on PostgreSQL in
-    one statement)."""
+def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
+    """Up to ``limit`` of the worker's pending samples, oldest first, claimed under ``fence``
+    (on PostgreSQL in one statement)."""
     if connection.vendor != "postgresql":
-        return [op for op in pending_samples(worker=worker, limit=limit) if claim(op)]
+        worker = Worker(pk=fence.worker_id)
+        return [op for op in pending_samples(worker=worker, limit=limit) if claim(op, fence)]
     ops = Operation._meta.db_table
+    fenced, fence_params = fence.sql()
     # the pick is materialized: evaluated once, so never more than ``limit`` rows
     sql = f"""
         WITH picked AS MATERIALIZED (
@@ -183,17 +191,20 @@ def claim_samples(*, worker: Worker, limit: int) -> list[Operation]:
             FOR UPDATE SKIP LOCKED
         )
         UPDATE {ops} o SET status = %s, started_at = %s FROM picked
-        WHERE o.id = picked.id
+        WHERE o.id = picked.id AND o.status = %s AND o.worker_id = %s AND {fenced}
         RETURNING {_returned("o")}
     """
     pending = Operation.Status.PENDING
     params = [
-        worker.pk,
+        fence.worker_id,
         pending,
         Operation.Kind.SAMPLE,
         limit,
         Operation.Status.RUNNING,
         timezone.now(),
+        pending,
+        fence.worker_id,
+        *fence_params,
     ]
     return sorted(_claimed(sql, params), key=lambda op: op.created_at)
 
@@ -212,8 +223,8 @@ def has_waiting_work(*, worker: Worker, older_than_seconds: float | None = 2.0) 
 def _unflushed() -> Iterator[None]:
     """A transaction whose commit does not wait for the disk: for claims. The completion's
     durable commit flushes the claim with it; should the database lose a claim in a crash
-    before that, the completion fails too and the worker fails the model (``model_lost``)
-    rather than run the operation again on an adapter that already took it."""
+    before that, the completion fails too (``ClaimLost``) and the worker restores the model
+    before it runs the operation again, rather than apply it twice to the adapter."""
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
@@ -221,12 +232,12 @@ def _unflushed() -> Iterator[None]:
         yield
 
 
-def claim(op: Operation) -> bool:
+def claim(op: Operation, fence: Fence) -> bool:
     now = timezone.now()
     with _unflushed():
-        won = Operation.objects.filter(pk=op.pk, status=Operation.Status.PENDING).update(
-            status=Operation.Status.RUNNING, started_at=now
-        )
+        won = Operation.objects.filter(
+            fence.q(), pk=op.pk, status=Operation.Status.PENDING, worker_id=fence.worker_id
+        ).update(status=Operation.Status.RUNNING, started_at=now)
     if won:
         op.status, op.started_at = Operation.Status.RUNNING, now
     return bool(won)
@@ -244,26 +255,29 @@ _PLAIN_KINDS = frozenset(
 )
 
 
-def complete(op: Operation, result: dict) -> bool | None:
+def complete(op: Operation, result: dict, fence: Fence) -> bool | None:
     """Record the result, advance the model's sequence, apply the operation's effects and its
-    usage, all at once (the trigger on the table then wakes whoever waits for it).
+    usage, all at once (the trigger on the table then wakes whoever waits for it), provided
+    ``fence`` still holds (else ``Fenced``: the worker was declared dead meanwhile).
 
     Returns whether other operations waited on the worker as the completion was written (one
     submitted meanwhile wakes the worker by itself), or None where it did not look."""
     now = timezone.now()
     if connection.vendor == "postgresql" and op.kind in _PLAIN_KINDS:
-        return _complete_in_one_statement(op, result, now)
-    _complete(op, result, now)
+        return _complete_in_one_statement(op, result, now, fence)
+    _complete(op, result, now, fence)
     return None
 
 
 @transaction.atomic
-def _complete(op: Operation, result: dict, now: datetime) -> None:
-    updated = Operation.objects.filter(pk=op.pk, status=Operation.Status.RUNNING).update(
-        status=Operation.Status.DONE, result=result, finished_at=now
-    )
+def _complete(op: Operation, result: dict, now: datetime, fence: Fence) -> None:
+    if not fence.lock():
+        raise Fenced(f"operation {op.pk}: this worker's lease was taken away; result dropped")
+    updated = Operation.objects.filter(
+        pk=op.pk, status=Operation.Status.RUNNING, worker_id=fence.worker_id
+    ).update(status=Operation.Status.DONE, result=result, finished_at=now)
     if not updated:
-        _not_running(op)
+        _not_running(op, fence)
         return
     op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     _advance(op)
@@ -271,7 +285,7 @@ def _complete(op: Operation, result: dict, now: datetime) -> None:
     usage_record_for(op)  # the tokens it processed, committed with its completion
 
 
-def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> bool:
+def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence: Fence) -> bool:
     """The same as ``_complete`` for a kind without effects, as one statement (so one round
     trip, atomic by itself): the result, next_seq and the usage rows with their day's totals;
     it also looks for other pending operations on the worker."""
@@ -279,10 +293,11 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> bo
     op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
+    fenced, fence_params = fence.sql()
     sql = f"""
         WITH done AS (
             UPDATE {ops} SET status = %s, result = %s, finished_at = %s
-            WHERE id = %s AND status = %s
+            WHERE id = %s AND status = %s AND worker_id = %s AND {fenced}
             RETURNING model_id, seq_id
         ), advanced AS (
             UPDATE {models} m SET next_seq = done.seq_id + 1 FROM done
@@ -295,22 +310,32 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime) -> bo
     """
     result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
     params = [Operation.Status.DONE, result_db, now, op.pk, Operation.Status.RUNNING]
-    waiting = [op.worker_id, Operation.Status.PENDING]
+    params += [fence.worker_id, *fence_params]
+    waiting = [fence.worker_id, Operation.Status.PENDING]
     with connection.cursor() as cursor:
         cursor.execute(sql, params + usage_params + waiting)
         updated, others = cursor.fetchone()
     if not updated:
         op.status, op.result, op.finished_at = before
-        _not_running(op)
+        _not_running(op, fence)
     return others
 
 
 class ClaimLost(Exception):
     """An operation that ran is pending again: the database lost its claim (it crashed before
-    the claim reached the disk). Running it again would apply it twice to its model."""
+    the claim reached the disk). The worker's state of its model has taken it, the database's
+    has not: the model is restored before it runs again."""
 
 
-def _not_running(op: Operation) -> None:
+class Fenced(Exception):
+    """The worker was declared dead (its lease ran out, or it was started again elsewhere
+    under its name): nothing it did since counts. It must drop what it holds and register
+    anew."""
+
+
+def _not_running(op: Operation, fence: Fence) -> None:
+    if not fence.holds():
+        raise Fenced(f"operation {op.pk}: this worker's lease was taken away; result dropped")
     status = Operation.objects.filter(pk=op.pk).values_list("status", flat=True).first()
     if status == Operation.Status.PENDING:
         raise ClaimLost(f"operation {op.pk} ran, but the database has it pending again")
@@ -318,10 +343,16 @@ def _not_running(op: Operation) -> None:
 
 
 @transaction.atomic
-def fail(op: Operation, error: str, category: str) -> None:
-    updated = Operation.objects.filter(
+def fail(op: Operation, error: str, category: str, fence: Fence | None = None) -> None:
+    """Record ``op`` as failed (by its worker: under ``fence``, else by the control plane)."""
+    unfinished = Operation.objects.filter(
         pk=op.pk, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
-    ).update(
+    )
+    if fence is not None:
+        if not fence.lock():
+            raise Fenced(f"operation {op.pk}: this worker's lease was taken away")
+        unfinished = unfinished.filter(worker_id=fence.worker_id)
+    updated = unfinished.update(
         status=Operation.Status.FAILED,
         error=error[:10000],
         error_category=category,
@@ -331,9 +362,9 @@ def fail(op: Operation, error: str, category: str) -> None:
         return
     _advance(op)
     if op.kind == Operation.Kind.CREATE_MODEL:
-        TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.FAILED)
+        _model_ended(op.model_id, TrainingModel.State.FAILED)
     elif op.kind == Operation.Kind.UNLOAD_MODEL:
-        TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.UNLOADED)
+        _model_ended(op.model_id)
         session_finish_if_unloaded(op.session_id)
 
 
@@ -354,10 +385,22 @@ def _apply_effects(op: Operation, result: dict) -> None:
             state=Session.State.ACTIVE
         )
     elif kind == Operation.Kind.UNLOAD_MODEL:
-        TrainingModel.objects.filter(pk=op.model_id).update(state=TrainingModel.State.UNLOADED)
+        _model_ended(op.model_id)
         session_finish_if_unloaded(op.session_id)
     elif kind in (Operation.Kind.SAVE_WEIGHTS, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER):
         _record_checkpoint(op, result)
+        recovery.recovery_from_save(op, result)
+
+
+def _model_ended(model_id: str, state: str = TrainingModel.State.UNLOADED) -> None:
+    """The model is over: its snapshot goes, and a restore it still waited for is not needed."""
+    model = TrainingModel.objects.select_for_update().get(pk=model_id)
+    model.state = state
+    model.save(update_fields=["state"])
+    recovery.recovery_discard(model)
+    model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
+        outcome=Recovery.Outcome.ENDED
+    )
 
 
 def _record_checkpoint(op: Operation, result: dict) -> None:
@@ -405,42 +448,28 @@ def _folder_size(path: str) -> int | None:
 
 
 @transaction.atomic
-def recover_worker(*, worker: Worker) -> int:
-    """At worker start: work it was running died with its previous process; fail it, retryably.
-
-    The engine state of its models (adapters, optimizer moments, pending gradients) is gone
-    too, so those models are marked failed; their sessions can resume from a saved state.
-    """
-    running = list(Operation.objects.filter(worker=worker, status=Operation.Status.RUNNING))
-    for op in running:
-        fail(op, "the worker restarted while running this operation; retry it", "server")
-    lost = TrainingModel.objects.filter(worker=worker, state__in=TrainingModel.LIVE_STATES)
-    for model in lost:
-        _fail_model(model, f"model {model.id} was lost when its worker restarted")
-    return len(running)
-
-
-@transaction.atomic
-def model_lost(*, model_id: str, why: str) -> None:
-    """The worker's state of a model no longer matches the database (an operation ran but its
-    completion could not be recorded): fail the model and whatever it has not finished."""
-    model = TrainingModel.objects.select_for_update().filter(pk=model_id).first()
-    if model is not None:
-        _fail_model(model, f"model {model.id} was lost: {why}")
-
-
-def fail_unrecorded(*, request_id: str, why: str) -> None:
-    """An operation (a sample) the worker ran but could not record: fail it, retryably, unless
-    it finished meanwhile."""
-    op = Operation.objects.filter(pk=request_id).first()
-    if op is not None and op.status not in Operation.FINISHED:
-        fail(op, f"operation {op.pk}: {why}", "server")
-
-
-def _fail_model(model: TrainingModel, reason: str) -> None:
-    unfinished = model.operations.filter(
-        status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
+def requeue(*, request_id: str, fence: Fence, home: bool = False) -> bool:
+    """An operation this worker claimed but will not record now: pending again, to run once
+    more (one that ran but could not be recorded, after its model is restored, since the
+    worker's state of the model has taken it and the database's has not). ``home``: on the
+    worker its model (or sampler) is on now. False: it was recorded after all, or the worker
+    no longer holds it."""
+    if not fence.lock():
+        return False
+    fields: dict = {"status": Operation.Status.PENDING, "started_at": None}
+    if home:
+        fields["worker_id"] = _home_of(Operation.objects.get(pk=request_id))
+    return bool(
+        Operation.objects.filter(
+            pk=request_id, status=Operation.Status.RUNNING, worker_id=fence.worker_id
+        ).update(**fields)
     )
-    for op in unfinished:
-        fail(op, f"{reason}; resume from a saved state", "server")
-    TrainingModel.objects.filter(pk=model.pk).update(state=TrainingModel.State.FAILED)
+
+
+def _home_of(op: Operation) -> int | None:
+    """The worker an operation belongs on: its model's, or its sampler's live model's, or its
+    sampler's."""
+    if op.model_id is not None:
+        return TrainingModel.objects.filter(pk=op.model_id).values_list("worker", flat=True)[0]
+    sampler = SamplingSession.objects.select_related("live_model").get(pk=op.sampling_session_id)
+    return sampler.live_model.worker_id if sampler.live_model else sampler.worker_id

@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.fleet.models import Worker
-from controlplane.fleet.services import Network, NoWorkerAvailable, worker_place
+from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers, worker_place
 
-from ..models import Operation, Session, TrainingModel
+from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
+from .recovery import recovery_discard
 
 log = logging.getLogger(__name__)
 
@@ -105,15 +107,75 @@ def _wait(model: TrainingModel, placement: str, reason: str) -> None:
         model.save(update_fields=["placement", "status_reason"])
 
 
+def model_place(model: TrainingModel, refused: dict | None = None) -> bool:
+    """Place a model that has no worker (the caller holds its row lock), or have it wait with
+    the reason; ``refused`` remembers the (base model, network) pairs no worker took."""
+    return _place(model, {} if refused is None else refused)
+
+
 def _assign(model: TrainingModel, worker: Worker) -> None:
-    """The model is the worker's; its queued operations go to the worker's queue after commit."""
+    """The model is the worker's; its queued operations, and the samplers that sample from its
+    live weights with theirs, go to the worker's queue after commit."""
     model.worker = worker
     model.placement = TrainingModel.Placement.PLACED
     model.status_reason = ""
     model.placed_at = timezone.now()
     model.save(update_fields=["worker", "placement", "status_reason", "placed_at"])
     model.operations.filter(worker__isnull=True).update(worker=worker)
+    samplers = SamplingSession.objects.filter(live_model=model)
+    samplers.update(worker=worker)
+    Operation.objects.filter(
+        sampling_session__in=samplers, worker__isnull=True, status=Operation.Status.PENDING
+    ).update(worker=worker)
     dispatch.wake_worker(worker.queue)
+
+
+def sampler_home(sampler: SamplingSession) -> Worker | None:
+    """Where a sampler's requests run: with its live model, or any live worker of its base model
+    on its session's network (the one with the fewest samplers); None while there is none."""
+    if sampler.live_model_id is not None:
+        return TrainingModel.objects.get(pk=sampler.live_model_id).worker
+    network = session_network(sampler.session)
+    serving = [
+        w for w in live_workers().filter(base_model_id=sampler.base_model) if network.admits(w)
+    ]
+    if not serving:
+        return None
+    loads = dict(
+        SamplingSession.objects.filter(worker__in=serving)
+        .values_list("worker")
+        .annotate(n=Count("id"))
+    )
+    return min(serving, key=lambda w: (loads.get(w.pk, 0), w.name))
+
+
+def sampler_move(sampler: SamplingSession, worker: Worker | None) -> None:
+    """Point the sampler and its queued requests at ``worker`` (None: they wait for one)."""
+    sampler.worker = worker
+    sampler.save(update_fields=["worker"])
+    Operation.objects.filter(sampling_session=sampler, status=Operation.Status.PENDING).update(
+        worker=worker
+    )
+    if worker is not None:
+        dispatch.wake_worker(worker.queue)
+
+
+def samplers_place_waiting(*, base_model: str | None = None) -> list[str]:
+    """Samplers that wait for a worker (theirs was lost while none else served their base
+    model) and can have one now; returns their ids."""
+    waiting = SamplingSession.objects.filter(
+        worker__isnull=True, session__state__in=Session.LIVE_STATES
+    ).select_related("session")
+    if base_model is not None:
+        waiting = waiting.filter(base_model=base_model)
+    placed = []
+    for sampler in waiting:
+        with transaction.atomic():
+            home = sampler_home(sampler)
+            if home is not None:
+                sampler_move(sampler, home)
+                placed.append(sampler.id)
+    return placed
 
 
 def model_end_waiting(model: TrainingModel) -> None:
@@ -121,7 +183,7 @@ def model_end_waiting(model: TrainingModel) -> None:
     operations fail and it is unloaded at once; nothing reaches a worker. The caller holds the
     model's row lock."""
     reason = model.status_reason or "waiting for a worker"
-    error = f"model {model.id} ended while {reason}; nothing ran"
+    error = f"model {model.id} ended while {reason}; its queued operations did not run"
     pending = list(
         model.operations.filter(status=Operation.Status.PENDING).values_list("id", flat=True)
     )
@@ -135,3 +197,7 @@ def model_end_waiting(model: TrainingModel) -> None:
     model.placement = TrainingModel.Placement.NEVER_PLACED
     model.status_reason = f"ended while {reason}"
     model.save(update_fields=["state", "placement", "status_reason"])
+    recovery_discard(model)
+    model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
+        outcome=Recovery.Outcome.ENDED
+    )

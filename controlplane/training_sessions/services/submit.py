@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
@@ -111,6 +112,10 @@ def model_create(
     if not BaseModel.objects.filter(name=base_model).exists():
         raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
+    if lora.get("seed") is None:
+        # chosen now and kept: a worker that rebuilds the model from its start (a failover
+        # before any recovery point) initialises exactly the same adapter
+        lora["seed"] = secrets.randbelow(2**31)
     model = TrainingModel.objects.create(
         tenant=tenant,
         session=session,
@@ -356,11 +361,7 @@ def sampler_create(
     if model_id:
         model = model_get(tenant=tenant, model_id=model_id)
         _require_ready(model)
-        if model.worker is None:
-            raise Conflict(
-                f"model {model.id} is not on a worker yet ({model.status_reason})",
-                field="model_id",
-            )
+        # on its model's worker; with the model while it waits for one
         fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
@@ -380,18 +381,26 @@ def sampler_create(
     return SamplingSession.objects.create(**fields)
 
 
-def _sampler_worker(base_model: str, network: Network, prefer=None):
-    """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one."""
+def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | None:
+    """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one; None
+    while no worker is live for a base model one has served (its requests wait, as after a
+    worker is lost)."""
     from controlplane.fleet.services import live_workers
 
     serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
     workers = [w for w in serving if network.admits(w)]
     if prefer is not None and prefer in workers:
         return prefer
-    if not workers:
-        where = f" for this session: it needs {network.wanted()}" if serving else ""
-        raise Unavailable(f"no live worker serves {base_model!r}{where}", field="base_model")
-    return workers[0]
+    if workers:
+        return workers[0]
+    if serving:
+        raise Unavailable(
+            f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
+            field="base_model",
+        )
+    if not BaseModel.objects.filter(name=base_model).exists():
+        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
+    return None
 
 
 def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
@@ -456,7 +465,8 @@ def sample_submit(
     )
     if idempotency_key is None and seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
-        dispatch.wake_worker(op.worker.queue, inserted=True)
+        if op.worker is not None:  # else it waits with its sampler
+            dispatch.wake_worker(op.worker.queue, inserted=True)
         return op
     if idempotency_key is not None:
         del fields["tenant"]  # in the lookup

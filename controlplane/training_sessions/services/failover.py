@@ -1,0 +1,187 @@
+"""Workers that die, restart or stop: each is noticed once and its work moves, in one transaction.
+
+A worker silent past its lease is declared dead by whoever looks first (a live worker's
+heartbeat, the janitor, a control-plane long poll); the worker row is locked with SKIP LOCKED, so
+two declarers never act on the same worker, and the declaration starts a new generation, so the
+old process can claim or complete nothing more. Its unfinished operations go back to pending, its
+models and samplers to live workers of the same base model (or wait for one); each moved model
+gets a ``Recovery`` row, and the worker that takes it restores it from its recovery point.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from controlplane.audit.services import audit_system
+from controlplane.fleet import services as fleet
+from controlplane.fleet.models import Worker
+from controlplane.iam.resources import model_arn
+
+from ..models import Operation, Recovery, SamplingSession, TrainingModel
+from . import placement
+
+log = logging.getLogger("loopwright.failover")
+
+CAUSE_TEXT = {
+    Recovery.Cause.WORKER_LOST: "was silent past its lease",
+    Recovery.Cause.WORKER_RESTARTED: "was started again",
+    Recovery.Cause.WORKER_STOPPED: "stopped and handed its models over",
+}
+
+
+def worker_start(*, by: str, **registration) -> fleet.Registration:
+    """Register a worker process (``fleet.worker_register``'s arguments). If its previous
+    incarnation still held the name (it died and came back before anyone noticed), that one is
+    declared dead in the same transaction, and its models move like any dead worker's."""
+    with transaction.atomic():
+        reg = fleet.worker_register(**registration)
+        if reg.previous_state == Worker.State.ACTIVE:
+            _release(reg.worker, cause=Recovery.Cause.WORKER_RESTARTED, by=by)
+    return reg
+
+
+def workers_declare_dead(*, by: str) -> list[str]:
+    """Declare dead every worker whose lease ran out, each once, one per transaction; then
+    re-home requests that landed on a worker after it was declared. Returns the names."""
+    declared = []
+    while True:
+        with transaction.atomic():
+            worker = (
+                fleet.expired_workers().select_for_update(skip_locked=True).order_by("pk").first()
+            )
+            if worker is None:
+                break
+            worker.state = Worker.State.DEAD
+            worker.generation += 1
+            worker.save(update_fields=["state", "generation"])
+            _release(worker, cause=Recovery.Cause.WORKER_LOST, by=by)
+        log.warning("worker %s was silent past its lease: declared dead by %s", worker.name, by)
+        declared.append(worker.name)
+    _rehome_strays()
+    return declared
+
+
+_last_look = 0.0
+_look_lock = threading.Lock()
+
+
+def look_for_dead_workers(*, by: str) -> list[str]:
+    """``workers_declare_dead`` at most once per heartbeat interval in this process: for the
+    control plane, which looks when a client's wait for an operation ran out (so a lost worker
+    is noticed even where no other worker or janitor runs)."""
+    global _last_look
+    with _look_lock:
+        now = time.monotonic()
+        if now - _last_look < settings.WORKER_LEASE_SECONDS / 5:
+            return []
+        _last_look = now
+    return workers_declare_dead(by=by)
+
+
+def worker_hand_over(*, fence: fleet.Fence, by: str) -> int:
+    """A worker that stops on its own: it is gone, and its models and samplers move now (it has
+    snapshotted them). Returns how many models moved; 0 if it no longer held its lease."""
+    with transaction.atomic():
+        worker = (
+            Worker.objects.select_for_update()
+            .filter(pk=fence.worker_id, generation=fence.generation, state=Worker.State.ACTIVE)
+            .first()
+        )
+        if worker is None:
+            return 0
+        worker.state = Worker.State.GONE
+        worker.generation += 1
+        worker.save(update_fields=["state", "generation"])
+        return _release(worker, cause=Recovery.Cause.WORKER_STOPPED, by=by)
+
+
+def _release(worker: Worker, *, cause: str, by: str) -> int:
+    """Everything ``worker`` held goes back: unfinished operations to pending, models and
+    samplers to other live workers or to waiting. The caller holds the worker's row lock.
+    Returns how many models moved."""
+    now = timezone.now()
+    # The models first (locked, in one order): a submit for one of them waits for this
+    # transaction and then sees its new worker; one that committed before is moved below.
+    models = list(
+        TrainingModel.objects.select_for_update(of=("self",))
+        .filter(worker=worker, state__in=TrainingModel.LIVE_STATES)
+        .select_related("session", "tenant")
+        .order_by("pk")
+    )
+    running = dict(
+        Operation.objects.filter(worker=worker, status=Operation.Status.RUNNING)
+        .values_list("model")
+        .annotate(n=Count("id"))
+    )
+    # One statement for all of them, so a claim racing it either finished first (and is put
+    # back here) or finds nothing left to claim.
+    Operation.objects.filter(
+        worker=worker, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
+    ).update(status=Operation.Status.PENDING, started_at=None, worker=None)
+    what = CAUSE_TEXT[cause]
+    for model in models:
+        model.worker = None
+        model.placement = TrainingModel.Placement.WAITING_FOR_WORKER
+        model.status_reason = f"its worker {worker.name} {what}; waiting for another"
+        model.save(update_fields=["worker", "placement", "status_reason"])
+        if model.next_seq > 0:  # its create_model ran: it has state to bring back
+            _record(model, worker, cause=cause, by=by, at=now, requeued=running.get(model.pk, 0))
+    refused: dict = {}
+    for model in models:
+        placement.model_place(model, refused)
+    for sampler in SamplingSession.objects.filter(worker=worker).select_related("session"):
+        placement.sampler_move(sampler, placement.sampler_home(sampler))
+    return len(models)
+
+
+def _record(
+    model: TrainingModel, worker: Worker, *, cause: str, by: str, at, requeued: int
+) -> Recovery:
+    point = model.recovery or {}
+    recovery = Recovery.objects.create(
+        tenant=model.tenant,
+        session=model.session,
+        model=model,
+        cause=cause,
+        from_worker=worker.name,
+        declared_at=at,
+        declared_by=by,
+        requeued=requeued,
+        recovery_seq=point.get("seq"),
+        recovery_kind=point.get("kind", "start"),
+    )
+    where = f"the state after seq_id {point['seq']} ({point['kind']})" if point else "its start"
+    audit_system(
+        tenant=model.tenant,
+        action="sessions:MoveModel",
+        resource=model_arn(model.tenant, model.id),
+        reason=(
+            f"worker {worker.name} {CAUSE_TEXT[cause]} (noticed by {by}); model moved off it, "
+            f"{requeued} running operation(s) back to pending; it resumes from {where} and "
+            f"replays the operations completed since"
+        )[:1000],
+    )
+    return recovery
+
+
+def _rehome_strays() -> int:
+    """Requests queued on a worker after it was declared dead or stopped (their submit read the
+    old worker just before the move): pointed at where their model or sampler is now."""
+    stray = Operation.objects.filter(
+        status=Operation.Status.PENDING,
+        worker__state__in=(Worker.State.DEAD, Worker.State.GONE),
+    ).select_related("model", "sampling_session")
+    moved = 0
+    for op in stray:
+        home = op.model.worker_id if op.model_id else op.sampling_session.worker_id
+        moved += Operation.objects.filter(pk=op.pk, worker_id=op.worker_id).update(worker_id=home)
+        if home is not None:
+            placement.dispatch.wake_worker(Worker.objects.get(pk=home).queue)
+    return moved

@@ -1,0 +1,355 @@
+"""Failover inside one process: two in-process workers, one declared dead (its lease run out),
+the other restoring its model from the recovery point and replaying what completed since.
+The chaos tests with real processes and kill -9 are in tests/e2e/test_failover_e2e.py."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+import torch
+from django.db import connection, connections
+from django.utils import timezone
+
+from controlplane.audit.models import AuditEvent
+from controlplane.fleet.models import Worker
+from controlplane.metering.models import UsageRecord
+from controlplane.training_sessions.models import (
+    Operation,
+    Recovery,
+    SamplingSession,
+    TrainingModel,
+)
+from controlplane.training_sessions.services import execution, failover
+from workers.runtime import WorkerRuntime, WorkerSettings
+
+from .conftest import TINY
+from .wire import create_model, datum, fwdbwd, open_session, result
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ADAM = {"learning_rate": 0.05}
+
+
+@pytest.fixture(autouse=True)
+def _postgres():
+    # Two workers and a background snapshot writer write at once; SQLite's in-memory test
+    # database refuses a second writer at once instead of waiting (the embedded default's
+    # file waits). The embedded stack's failover is tested end to end.
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrent writers: run with DATABASE_URL=postgres://…")
+
+
+@pytest.fixture
+def start(tiny_host_factory):
+    """Start an in-process worker (no heartbeat thread: the tests beat it)."""
+    started: list[WorkerRuntime] = []
+
+    def make(name: str, *, every_steps: int = 0) -> WorkerRuntime:
+        settings = WorkerSettings(
+            name=name,
+            base_model=TINY,
+            capacity=4,
+            snapshot_every_steps=every_steps,
+            snapshot_every_seconds=0,
+        )
+        runtime = WorkerRuntime(settings, host=tiny_host_factory(), heartbeat=False)
+        started.append(runtime)
+        return runtime
+
+    yield make
+    for runtime in started:
+        runtime.snapshots.flush(10)
+
+
+def lease_runs_out(runtime: WorkerRuntime) -> None:
+    Worker.objects.filter(pk=runtime.worker.pk).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+def steps(alice, model_id: str, first_seq: int, n: int) -> list[dict]:
+    """``n`` forward_backward + optim_step pairs from ``first_seq`` (futures, not awaited)."""
+    futures = []
+    for i in range(n):
+        seq = first_seq + 2 * i
+        tokens = [(seq * 11 + j * 7) % 250 for j in range(9)]
+        futures.append(alice.post("forward_backward", fwdbwd(model_id, seq, [datum(tokens)])))
+        futures.append(
+            alice.post("optim_step", {"model_id": model_id, "seq_id": seq + 1, "adam_params": ADAM})
+        )
+    return [f.json() for f in futures]
+
+
+def adapter(runtime: WorkerRuntime, model_id: str) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in runtime.host.pool.state_dict(model_id).items()}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def reference(alice, runtime: WorkerRuntime, n: int) -> dict[str, torch.Tensor]:
+    """The adapter after ``n`` steps with nothing going wrong (the same seed, data, order)."""
+    model_id = create_model(alice, runtime, open_session(alice))
+    for fut in steps(alice, model_id, 1, n):
+        assert "metrics" in result(alice, runtime, fut)
+    return adapter(runtime, model_id)
+
+
+def test_a_silent_worker_is_declared_dead_once_and_its_model_ends_as_if_nothing_happened(
+    alice, start
+) -> None:
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    done = steps(alice, model_id, 1, 3)
+    for fut in done:
+        assert "metrics" in result(alice, a, fut)
+    running = alice.post("forward_backward", fwdbwd(model_id, 7, [datum([5, 6, 7, 8])])).json()
+    assert execution.claim_next_training(fence=a.fence).pk == running["request_id"]  # in flight
+    b = start("b")
+    lease_runs_out(a)
+
+    declared: list[list[str]] = []
+
+    def declare(by: str) -> None:
+        declared.append(failover.workers_declare_dead(by=by))
+        connections.close_all()
+
+    threads = [threading.Thread(target=declare, args=(f"t{i}",)) for i in range(4)]
+    for t in threads:  # at once, from four connections
+        t.start()
+    for t in threads:
+        t.join()
+    declare("after")
+    assert sorted(map(len, declared)) == [0, 0, 0, 0, 1]  # exactly once
+    dead = Worker.objects.get(pk=a.worker.pk)
+    assert (dead.state, dead.generation) == ("dead", a.fence.generation + 1)
+    model = TrainingModel.objects.get(pk=model_id)
+    assert (model.worker.name, model.placement) == ("b", "placed")
+    op = Operation.objects.get(pk=running["request_id"])
+    assert (op.status, op.worker.name) == ("pending", "b")  # back to pending, on b
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.cause, recovery.from_worker, recovery.requeued) == ("worker_lost", "a", 1)
+    assert AuditEvent.objects.filter(action="sessions:MoveModel").count() == 1
+
+    # b restores it from its start (no recovery point: its create_model, same seed) and
+    # replays the six completed steps; the step in flight runs once, on b
+    rest = steps(alice, model_id, 8, 2)
+    for fut in [running, *rest]:
+        assert "metrics" in result(alice, b, fut)
+    recovery.refresh_from_db()
+    assert (recovery.outcome, recovery.to_worker, recovery.replayed) == ("restored", "b", 7)
+    assert recovery.recovery_kind == "start" and recovery.seconds >= 0
+
+    # the same operations on one worker that never stopped: the same adapter, bit for bit
+    c = start("c")
+    ref_model = create_model(alice, c, open_session(alice))
+    for fut in steps(alice, ref_model, 1, 3):
+        result(alice, c, fut)
+    result(
+        alice, c, alice.post("forward_backward", fwdbwd(ref_model, 7, [datum([5, 6, 7, 8])])).json()
+    )
+    for fut in steps(alice, ref_model, 8, 2):
+        result(alice, c, fut)
+    assert same(adapter(b, model_id), adapter(c, ref_model))
+
+    # billed once per operation, replays nothing
+    for fut in [*done, running, *rest]:
+        assert UsageRecord.objects.filter(operation_id=fut["request_id"]).count() == (
+            1 if Operation.objects.get(pk=fut["request_id"]).kind == "forward_backward" else 0
+        )
+
+
+def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start) -> None:
+    a = start("a")
+    b = start("b")
+    model_id = create_model(alice, a, open_session(alice))
+    fut = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
+    op = execution.claim_next_training(fence=a.fence)
+    old = a.fence
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    with pytest.raises(execution.Fenced):  # its completion under the old generation
+        execution.complete(op, {"metrics": {}, "loss_fn_outputs": []}, old)
+    assert execution.claim_next_training(fence=old) is None  # nor can it claim
+    assert execution.claim_samples(fence=old, limit=8) == []
+    assert Operation.objects.get(pk=op.pk).status == "pending"
+
+    a.beat()  # its heartbeat finds the lease gone: it drops everything, registers anew
+    assert a.fence.generation == old.generation + 2 and not a.host.pool.ids()
+    assert Worker.objects.get(pk=a.worker.pk).state == "active"
+    assert "metrics" in result(alice, b, fut)  # the step runs, once, where the model is now
+
+
+def test_snapshots_keep_the_replay_short(alice, start) -> None:
+    a = start("a", every_steps=2)
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 5):  # seq 1..10: snapshots after optim_step 4 and 8
+        result(alice, a, fut)
+    a.snapshots.flush(30)
+    point = TrainingModel.objects.get(pk=model_id).recovery
+    assert (point["kind"], point["seq"]) == ("snapshot", 8)
+    assert point["sealing"]["key_arn"].startswith("arn:loopwright:kms:")
+    extra = alice.post("forward_backward", fwdbwd(model_id, 11, [datum([9, 8, 7])])).json()
+    result(alice, a, extra)  # gradients pending when the worker is lost
+
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    last = alice.post("optim_step", {"model_id": model_id, "seq_id": 12, "adam_params": ADAM})
+    assert "metrics" in result(alice, b, last.json())
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.recovery_kind, recovery.recovery_seq, recovery.replayed) == ("snapshot", 8, 3)
+
+    c = start("c")
+    ref = create_model(alice, c, open_session(alice))
+    for fut in steps(alice, ref, 1, 5):
+        result(alice, c, fut)
+    result(alice, c, alice.post("forward_backward", fwdbwd(ref, 11, [datum([9, 8, 7])])).json())
+    result(
+        alice,
+        c,
+        alice.post("optim_step", {"model_id": ref, "seq_id": 12, "adam_params": ADAM}).json(),
+    )
+    assert same(adapter(b, model_id), adapter(c, ref))
+
+
+def test_a_clean_state_save_is_a_recovery_point_and_supersedes_the_snapshot(alice, start) -> None:
+    a = start("a", every_steps=1)
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 1):
+        result(alice, a, fut)
+    a.snapshots.flush(30)
+    snapshot = TrainingModel.objects.get(pk=model_id).recovery
+    assert snapshot["kind"] == "snapshot"
+    from controlplane.training_sessions.services.storage import storage_at
+
+    assert storage_at(snapshot["storage_uri"]).list()  # stored
+    fb = alice.post("forward_backward", fwdbwd(model_id, 3, [datum([1, 2])])).json()
+    result(alice, a, fb)
+    pending = alice.post("save_weights", {"model_id": model_id, "seq_id": 4, "path": "mid"})
+    result(alice, a, pending.json())  # taken with gradients pending: not a recovery point
+    assert TrainingModel.objects.get(pk=model_id).recovery["kind"] == "snapshot"
+    step = alice.post("optim_step", {"model_id": model_id, "seq_id": 5, "adam_params": ADAM})
+    result(alice, a, step.json())
+    a.snapshots.flush(30)
+    clean = alice.post("save_weights", {"model_id": model_id, "seq_id": 6, "path": "clean"})
+    result(alice, a, clean.json())
+    point = TrainingModel.objects.get(pk=model_id).recovery
+    assert (point["kind"], point["seq"], point["tinker_path"]) == (
+        "save",
+        6,
+        f"tinker://{model_id}/weights/clean",
+    )
+    assert not storage_at(snapshot["storage_uri"]).list()  # the superseded snapshot is gone
+
+
+def test_a_stopping_worker_snapshots_and_hands_over(alice, start) -> None:
+    a = start("a", every_steps=100)
+    b = start("b")
+    session = open_session(alice)
+    model_id = create_model(alice, a, session)
+    for fut in steps(alice, model_id, 1, 2):
+        result(alice, a, fut)
+    a.shutdown()
+    model = TrainingModel.objects.get(pk=model_id)
+    assert model.worker.name == "b" and model.recovery["seq"] == 4
+    assert Worker.objects.get(pk=a.worker.pk).state == "gone"
+    fut = alice.post("forward_backward", fwdbwd(model_id, 5, [datum([4, 4, 4])])).json()
+    assert "metrics" in result(alice, b, fut)
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.cause, recovery.recovery_kind, recovery.replayed) == (
+        "worker_stopped",
+        "snapshot",
+        0,
+    )
+    assert a.drain() == 0  # stopped: it takes nothing more
+
+
+def test_a_replay_that_diverges_fails_the_model_naming_where_to_resume(alice, start) -> None:
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 1):
+        result(alice, a, fut)
+    saved = alice.post("save_weights", {"model_id": model_id, "seq_id": 3, "path": "s1"}).json()
+    result(alice, a, saved)
+    Operation.objects.filter(pk=saved["request_id"]).update(kind="forward")  # not a point
+    TrainingModel.objects.filter(pk=model_id).update(recovery=None)
+    recorded = Operation.objects.get(model_id=model_id, seq_id=1)
+    recorded.result["metrics"]["loss:sum"] += 1.0  # what it gave "then" differs from now
+    recorded.save(update_fields=["result"])
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    fut = alice.post("forward_backward", fwdbwd(model_id, 4, [datum([3, 3])])).json()
+    body = result(alice, b, fut)
+    assert body["category"] == "server"
+    assert "replaying seq_id 1 (forward_backward)" in body["error"]
+    assert f"resume from tinker://{model_id}/weights/s1" in body["error"]
+    assert TrainingModel.objects.get(pk=model_id).state == "failed"
+    assert Recovery.objects.get(model_id=model_id).outcome == "failed"
+
+
+def test_samplers_move_and_a_seeded_sample_draws_the_same_tokens(alice, start) -> None:
+    a = start("a")
+    session = open_session(alice)
+    model_id = create_model(alice, a, session)
+    for fut in steps(alice, model_id, 1, 1):
+        result(alice, a, fut)
+    saved = alice.post(
+        "save_weights_for_sampler", {"model_id": model_id, "seq_id": 3, "path": "w"}
+    ).json()
+    path = result(alice, a, saved)["path"]
+    samplers = {
+        "saved": {"model_path": path},
+        "live": {"model_id": model_id},
+        "base": {"base_model": TINY},
+    }
+    ids = {}
+    for i, (name, source) in enumerate(samplers.items()):
+        r = alice.post(
+            "create_sampling_session",
+            {"session_id": session, "sampling_session_seq_id": i, **source},
+        )
+        ids[name] = r.json()["sampling_session_id"]
+
+    def sample(sampler_id: str, seq: int) -> dict:
+        prompt = {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}
+        body = {
+            "sampling_session_id": sampler_id,
+            "seq_id": seq,
+            "num_samples": 2,
+            "prompt": prompt,
+            "sampling_params": {"max_tokens": 6, "seed": 17, "stop": []},
+        }
+        return alice.post("asample", body).json()
+
+    before = {name: result(alice, a, sample(sid, 1)) for name, sid in ids.items()}
+    in_flight = {name: sample(sid, 2) for name, sid in ids.items()}  # a dies before they run
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    assert set(SamplingSession.objects.values_list("worker__name", flat=True)) == {"b"}
+    for name, fut in in_flight.items():
+        after = result(alice, b, fut)
+        assert after["sequences"] == before[name]["sequences"], name
+
+
+def test_the_session_shows_its_failovers_and_charlie_sees_none(alice, charlie, start) -> None:
+    a = start("a")
+    session = open_session(alice)
+    model_id = create_model(alice, a, session)
+    result(alice, a, alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1])])).json())
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="janitor")
+    fut = alice.post("optim_step", {"model_id": model_id, "seq_id": 2, "adam_params": ADAM})
+    result(alice, b, fut.json())
+    body = alice.get(f"sessions/{session}").json()
+    (shown,) = body["recoveries"]
+    assert shown["model_id"] == model_id and shown["cause"] == "worker_lost"
+    assert (shown["from_worker"], shown["to_worker"], shown["declared_by"]) == ("a", "b", "janitor")
+    assert shown["recovery_point"] is None and shown["operations_replayed"] == 2
+    assert shown["outcome"] == "restored" and shown["seconds_to_recover"] >= 0
+    assert charlie.get(f"sessions/{session}").status_code == 404
