@@ -21,7 +21,13 @@ from .futures import (
     UntypedAPIFuture,
 )
 from .lora import LoraConfig
-from .losses import ForwardBackwardInput, ForwardBackwardOutput, LossFnOutput, LossFnType
+from .losses import (
+    UNSUPPORTED_LOSSES,
+    ForwardBackwardInput,
+    ForwardBackwardOutput,
+    LossFnOutput,
+    LossFnType,
+)
 from .model_input import ModelInput
 from .models import (
     CreateModelRequest,
@@ -74,6 +80,7 @@ from .weights import (
 
 __all__ = [
     "LOSS_INPUT_DTYPES",
+    "UNSUPPORTED_LOSSES",
     "AdamParams",
     "BaseModelInfo",
     "Checkpoint",
