@@ -111,6 +111,8 @@ EXTRA_FIELDS = {
     ("SaveWeightsForSamplerRequest", "merge_weights"),
     ("GetInfoResponse", "session_id"),
     ("GetInfoResponse", "next_seq_id"),
+    # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
+    ("CreateModelRequest", "optimizer_config"),
     *(
         ("CreateSessionRequest", name)
         for name in (

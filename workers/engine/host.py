@@ -252,9 +252,10 @@ class ModelHost:
     ) -> checkpoints.CheckpointMeta:
         """Load adapter weights into an existing adapter of the same rank and targets.
 
-        With ``optimizer`` the AdamW state is restored too; without it the optimizer starts
-        fresh. The checkpoint's alpha is adopted (it is part of what the weights mean).
-        Everything is read and checked before the adapter changes.
+        With ``optimizer`` the AdamW state is restored too (the checkpoint's optimizer family
+        must be the model's); without it the optimizer starts fresh. The checkpoint's alpha is
+        adopted (it is part of what the weights mean). Everything is read and checked before
+        the adapter changes.
         """
         with self._operation():
             directory = Path(directory)
@@ -278,6 +279,11 @@ class ModelHost:
             ):
                 raise CheckpointError(
                     f"checkpoint LoRA config {meta.lora} does not match the model's {current}"
+                )
+            if optimizer and meta.lora.optimizer != current.optimizer:
+                raise CheckpointError(
+                    f"checkpoint holds {meta.lora.optimizer} state; this model's optimizer is "
+                    f"{current.optimizer} (load it without the optimizer)"
                 )
             tensors = checkpoints.read_adapter(directory)
             state = checkpoints.read_optimizer(directory, meta) if optimizer else AdamState()

@@ -38,7 +38,14 @@ from .models import (
     UnloadModelRequest,
     UnloadModelResponse,
 )
-from .optim import AdamParams, OptimStepRequest, OptimStepResponse
+from .optim import (
+    SUPPORTED_OPTIMIZERS,
+    AdamOptimizerConfig,
+    AdamParams,
+    OptimStepRequest,
+    OptimStepResponse,
+    unsupported_optimizer,
+)
 from .pagination import Cursor
 from .sampling import SampledSequence, SampleRequest, SampleResponse, SamplingParams, StopReason
 from .sampling_sessions import (
@@ -80,7 +87,9 @@ from .weights import (
 
 __all__ = [
     "LOSS_INPUT_DTYPES",
+    "SUPPORTED_OPTIMIZERS",
     "UNSUPPORTED_LOSSES",
+    "AdamOptimizerConfig",
     "AdamParams",
     "BaseModelInfo",
     "Checkpoint",
@@ -156,4 +165,5 @@ __all__ = [
     "VpcConfig",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
+    "unsupported_optimizer",
 ]
