@@ -219,8 +219,18 @@ class ModelHost:
             self.pool.activate(model_id)
             return self.sampler.run(jobs)
 
-    def compute_logprobs(self, model_id: str | None, tokens: Sequence[int]) -> list[float | None]:
-        job = SampleJob(prompt=list(tokens), num_samples=1, max_tokens=1, prompt_logprobs=True)
+    def compute_logprobs(
+        self, model_id: str | None, tokens: Sequence[int], last_n: int | None = None
+    ) -> list[float | None]:
+        """The logprob of every prompt token (None for the first, and before the last
+        ``last_n`` when given)."""
+        job = SampleJob(
+            prompt=list(tokens),
+            num_samples=1,
+            max_tokens=1,
+            prompt_logprobs=True,
+            prompt_logprobs_last_n=last_n,
+        )
         return self.sample(model_id, [job])[0].prompt_logprobs or []
 
     # -- checkpoints -----------------------------------------------------------------------

@@ -47,7 +47,14 @@ from .optim import (
     unsupported_optimizer,
 )
 from .pagination import Cursor
-from .sampling import SampledSequence, SampleRequest, SampleResponse, SamplingParams, StopReason
+from .sampling import (
+    PromptAltTokens,
+    SampledSequence,
+    SampleRequest,
+    SampleResponse,
+    SamplingParams,
+    StopReason,
+)
 from .sampling_sessions import (
     CreateSamplingSessionRequest,
     CreateSamplingSessionResponse,
@@ -135,6 +142,7 @@ __all__ = [
     "OptimStepRequest",
     "OptimStepResponse",
     "ParsedCheckpointTinkerPath",
+    "PromptAltTokens",
     "QueueState",
     "RequestErrorCategory",
     "RequestFailedResponse",
