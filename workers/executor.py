@@ -22,7 +22,7 @@ from .engine import checkpoints
 from .engine.adapters import AdapterConfig
 from .engine.errors import EngineError
 from .engine.host import ModelHost
-from .engine.sampler import SampleJob
+from .engine.sampler import SAMPLE_OPTIONS, SampleJob
 from .sealing import Vault
 
 
@@ -166,14 +166,13 @@ def _need(vault: Vault | None) -> Vault:
 
 
 def sample_job(payload: dict) -> SampleJob:
+    """The engine's job for a sample payload (``SampleRequest`` JSON, plus ``topk_logprobs``)."""
     prompt = ModelInput.model_validate(payload["prompt"]).to_ints()
     return SampleJob.from_wire(
         prompt,
         int(payload.get("num_samples", 1)),
         SamplingParams.model_validate(payload["sampling_params"]),
-        prompt_logprobs=bool(payload.get("prompt_logprobs")),
-        topk_prompt_logprobs=int(payload.get("topk_prompt_logprobs") or 0),
-        topk_logprobs=int(payload.get("topk_logprobs") or 0),
+        **{key: payload[key] for key in SAMPLE_OPTIONS if payload.get(key) is not None},
     )
 
 

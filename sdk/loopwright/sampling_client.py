@@ -21,6 +21,7 @@ from .types import (
     SampleRequest,
     SampleResponse,
     SamplingParams,
+    TensorData,
     WeightsInfoResponse,
 )
 
@@ -92,7 +93,7 @@ class SamplingClient:
         num_samples: int,
         sampling_params: SamplingParams,
         prompt_logprobs: bool,
-        topk_prompt_logprobs: int,
+        options: dict[str, Any],
     ) -> dict[str, Any]:
         request = SampleRequest(
             sampling_session_id=self.sampling_session_id,
@@ -100,7 +101,7 @@ class SamplingClient:
             prompt=_as_model_input(prompt),
             sampling_params=sampling_params,
             prompt_logprobs=prompt_logprobs,
-            topk_prompt_logprobs=topk_prompt_logprobs,
+            **options,
         )
         # The seq_id is taken only once the request has validated, so errors leave no gap.
         return wire(request.model_copy(update={"seq_id": self._seq_id()}))
@@ -112,20 +113,41 @@ class SamplingClient:
         sampling_params: SamplingParams | None = None,
         include_prompt_logprobs: bool = False,
         topk_prompt_logprobs: int = 0,
+        topk_sample_logprobs: int = 0,
+        target_prompt_logprobs: TensorData | None = None,
+        prompt_alt_tokens_k: int = 0,
+        prompt_logprobs_last_n: int | None = None,
     ) -> APIFuture[SampleResponse]:
-        """Generate ``num_samples`` completions of ``prompt``; sent at once, returns a future."""
+        """Generate ``num_samples`` completions of ``prompt``; sent at once, returns a future.
+
+        As in tinker 0.38: ``topk_sample_logprobs`` reports the k likeliest tokens at each
+        generated position, ``target_prompt_logprobs`` the logprobs of given ids at prompt
+        positions, ``prompt_alt_tokens_k`` draws at every prompt position, and
+        ``prompt_logprobs_last_n`` scores only the prompt's last tokens.
+        """
+        options = {
+            "topk_prompt_logprobs": topk_prompt_logprobs,
+            "topk_sample_logprobs": topk_sample_logprobs,
+            "target_prompt_logprobs": target_prompt_logprobs,
+            "prompt_alt_tokens_k": prompt_alt_tokens_k,
+            "prompt_logprobs_last_n": prompt_logprobs_last_n,
+        }
         body = self._body(
             prompt,
             num_samples,
             sampling_params or SamplingParams(),
             include_prompt_logprobs,
-            topk_prompt_logprobs,
+            options,
         )
         return self._runtime.operation("asample", body, SampleResponse.model_validate)
 
-    def compute_logprobs(self, prompt: Prompt) -> APIFuture[list[float | None]]:
-        """The logprob of every prompt token under the model (None for the first)."""
-        body = self._body(prompt, 1, SamplingParams(max_tokens=1), True, 0)
+    def compute_logprobs(
+        self, prompt: Prompt, prompt_logprobs_last_n: int | None = None
+    ) -> APIFuture[list[float | None]]:
+        """The logprob of every prompt token under the model (None for the first, and before
+        the last ``prompt_logprobs_last_n`` when given)."""
+        options = {"prompt_logprobs_last_n": prompt_logprobs_last_n}
+        body = self._body(prompt, 1, SamplingParams(max_tokens=1), True, options)
 
         def parse(data: Any) -> list[float | None]:
             return list(SampleResponse.model_validate(data).prompt_logprobs or [])
@@ -156,15 +178,23 @@ class SamplingClient:
         sampling_params: SamplingParams | None = None,
         include_prompt_logprobs: bool = False,
         topk_prompt_logprobs: int = 0,
+        **options: Any,
     ) -> SampleResponse:
         """Async twin of sample: awaits and returns the SampleResponse."""
         return await self.sample(
-            prompt, num_samples, sampling_params, include_prompt_logprobs, topk_prompt_logprobs
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            **options,
         )
 
-    async def compute_logprobs_async(self, prompt: Prompt) -> list[float | None]:
+    async def compute_logprobs_async(
+        self, prompt: Prompt, prompt_logprobs_last_n: int | None = None
+    ) -> list[float | None]:
         """Async twin of compute_logprobs: awaits and returns the logprobs."""
-        return await self.compute_logprobs(prompt)
+        return await self.compute_logprobs(prompt, prompt_logprobs_last_n)
 
     async def get_tokenizer_async(self) -> PreTrainedTokenizerBase:
         """Async twin of get_tokenizer."""

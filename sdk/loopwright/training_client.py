@@ -127,7 +127,7 @@ class TrainingClient:
         path: str,
         data: Sequence[Datum],
         loss_fn: LossFnType,
-        loss_fn_config: dict[str, float] | None,
+        loss_fn_config: dict[str, float | str] | None,
     ) -> APIFuture[ForwardBackwardOutput]:
         if not data:
             raise ValueError(f"{path} needs at least one datum")
@@ -154,7 +154,7 @@ class TrainingClient:
         self,
         data: Sequence[Datum],
         loss_fn: LossFnType = "cross_entropy",
-        loss_fn_config: dict[str, float] | None = None,
+        loss_fn_config: dict[str, float | str] | None = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Loss and per-datum logprobs without gradients (chunks of ≤1024 datums, merged)."""
         return self._batch("forward", data, loss_fn, loss_fn_config)
@@ -163,7 +163,7 @@ class TrainingClient:
         self,
         data: Sequence[Datum],
         loss_fn: LossFnType,
-        loss_fn_config: dict[str, float] | None = None,
+        loss_fn_config: dict[str, float | str] | None = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Loss and gradients, accumulated until the next optim_step (chunks sent concurrently)."""
         return self._batch("forward_backward", data, loss_fn, loss_fn_config)
@@ -315,7 +315,7 @@ class TrainingClient:
         self,
         data: Sequence[Datum],
         loss_fn: LossFnType = "cross_entropy",
-        loss_fn_config: dict[str, float] | None = None,
+        loss_fn_config: dict[str, float | str] | None = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Async twin of forward."""
         return self.forward(data, loss_fn, loss_fn_config)
@@ -324,7 +324,7 @@ class TrainingClient:
         self,
         data: Sequence[Datum],
         loss_fn: LossFnType,
-        loss_fn_config: dict[str, float] | None = None,
+        loss_fn_config: dict[str, float | str] | None = None,
     ) -> APIFuture[ForwardBackwardOutput]:
         """Async twin of forward_backward."""
         return self.forward_backward(data, loss_fn, loss_fn_config)

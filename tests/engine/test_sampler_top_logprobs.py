@@ -111,12 +111,13 @@ def test_only_jobs_that_ask_get_top_logprobs(trained) -> None:
     assert all(s.topk_logprobs is None for s in without.sequences)
     assert all(len(s.topk_logprobs) == 4 for s in with_top.sequences)
     assert all(len(step) == 2 for s in with_top.sequences for step in s.topk_logprobs)
-    assert all("topk_logprobs" not in s for s in without.to_wire()["sequences"])
+    assert all(s["topk_logprobs"] is None for s in without.to_wire()["sequences"])
     wire = with_top.to_wire()["sequences"][0]["topk_logprobs"]
     assert wire == [[[t, v] for t, v in step] for step in with_top.sequences[0].topk_logprobs]
 
 
 @pytest.mark.parametrize("k", [-1, 21])
 def test_bad_topk_logprobs_names_the_field(trained, k) -> None:
-    with pytest.raises(InvalidInput, match="topk_logprobs"):
+    with pytest.raises(InvalidInput, match="topk_sample_logprobs") as err:
         trained.sample("m", [job([1, 2], 1, k=k, max_tokens=2)])
+    assert err.value.field == "topk_sample_logprobs"

@@ -74,6 +74,7 @@ CASES = [
         "loss_fn_config.clip_low_threshold",
     ),
     ("ppo", {"epsilon": 0.2}, [rl([1, 2])], "loss_fn_config.epsilon"),
+    ("ppo", {"clip_low_threshold": "0.8"}, [rl([1, 2])], "loss_fn_config.clip_low_threshold"),
     ("dro", None, [rl([1, 2])], "loss_fn_config.beta"),
     (
         "importance_sampling",
@@ -111,6 +112,18 @@ def test_unknown_loss_is_rejected_not_defaulted(host) -> None:
     session(host)
     fwd = ForwardBackwardInput.model_construct(data=[GOOD], loss_fn="mse", loss_fn_config=None)
     with pytest.raises(InvalidInput, match="unknown loss 'mse'") as err:
+        host.forward_backward("m", fwd)
+    assert err.value.field == "loss_fn"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [("stable_reinforce", "not published"), ("custom", "forward_backward_custom")],
+)
+def test_unsupported_tinker_losses_are_refused_by_name(host, name, reason) -> None:
+    session(host)
+    fwd = ForwardBackwardInput.model_construct(data=[GOOD], loss_fn=name, loss_fn_config=None)
+    with pytest.raises(InvalidInput, match=f"{name} is not supported.*{reason}") as err:
         host.forward_backward("m", fwd)
     assert err.value.field == "loss_fn"
 

@@ -111,6 +111,21 @@ EXTRA_FIELDS = {
     ("SaveWeightsForSamplerRequest", "merge_weights"),
     ("GetInfoResponse", "session_id"),
     ("GetInfoResponse", "next_seq_id"),
+    # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
+    ("CreateModelRequest", "optimizer_config"),
+    *(
+        ("SampleRequest", name)
+        for name in (
+            "topk_sample_logprobs",
+            "target_prompt_logprobs",
+            "prompt_alt_tokens_k",
+            "prompt_logprobs_last_n",
+            "record_stability_info",
+        )
+    ),
+    ("SampleResponse", "target_prompt_logprobs"),
+    ("SampleResponse", "prompt_alt_tokens"),
+    ("SampledSequence", "topk_logprobs"),
     *(
         ("CreateSessionRequest", name)
         for name in (

@@ -1,9 +1,10 @@
 """Many LoRA adapters on one frozen base model (peft), with LRU eviction to disk.
 
-Each adapter is a peft adapter named after its model id, with its own rank, alpha, seed and
-target layers, its pending gradients and its AdamW state. Only the active adapter takes part
-in a forward pass, so training one never touches another. Adapters beyond ``max_loaded`` are
-spilled to disk (weights, pending gradients, optimizer state) and come back transparently.
+Each adapter is a peft adapter named after its model id, with its own rank, alpha, seed,
+target layers and optimizer family, its pending gradients and its optimizer state. Only the
+active adapter takes part in a forward pass, so training one never touches another. Adapters
+beyond ``max_loaded`` are spilled to disk (weights, pending gradients, optimizer state) and come
+back transparently.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from peft import PeftModel, get_peft_model_state_dict
 from transformers import PreTrainedModel
 
 from .errors import InvalidInput, UnknownAdapter
-from .optim import AdamState
+from .optim import AdamState, optimizer_family
 
 PLACEHOLDER = "lw_placeholder"
 _ATTN = re.compile(r"(self_attn|attention|attn)\.")
@@ -41,6 +42,7 @@ class AdapterConfig:
     train_attn: bool = True
     train_mlp: bool = True
     train_unembed: bool = True
+    optimizer: str = "adamw"  # fixed for the adapter's lifetime; saved with its state
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -153,6 +155,7 @@ class AdapterPool:
             raise InvalidInput("lora_config.rank", f"{cfg.rank} is outside [1, {self.max_rank}]")
         if not cfg.alpha > 0:
             raise InvalidInput("lora_config.alpha", f"{cfg.alpha} must be > 0")
+        optimizer_family({"type": cfg.optimizer})
         pcfg = peft_config(cfg, self.targets)
         self._make_room()
         self._inject(model_id, cfg, pcfg)

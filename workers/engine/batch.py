@@ -127,6 +127,8 @@ def _loss_inputs(
         out[key] = arr
     if "weights" in spec.accepted_inputs and "weights" not in out:
         out["weights"] = np.ones(n, dtype=np.float32)
+    if spec.check_datum is not None:
+        spec.check_datum(out, where)
     return out
 
 

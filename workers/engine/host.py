@@ -219,8 +219,18 @@ class ModelHost:
             self.pool.activate(model_id)
             return self.sampler.run(jobs)
 
-    def compute_logprobs(self, model_id: str | None, tokens: Sequence[int]) -> list[float | None]:
-        job = SampleJob(prompt=list(tokens), num_samples=1, max_tokens=1, prompt_logprobs=True)
+    def compute_logprobs(
+        self, model_id: str | None, tokens: Sequence[int], last_n: int | None = None
+    ) -> list[float | None]:
+        """The logprob of every prompt token (None for the first, and before the last
+        ``last_n`` when given)."""
+        job = SampleJob(
+            prompt=list(tokens),
+            num_samples=1,
+            max_tokens=1,
+            prompt_logprobs=True,
+            prompt_logprobs_last_n=last_n,
+        )
         return self.sample(model_id, [job])[0].prompt_logprobs or []
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -309,9 +319,10 @@ class ModelHost:
     ) -> checkpoints.CheckpointMeta:
         """Load adapter weights into an existing adapter of the same rank and targets.
 
-        With ``optimizer`` the AdamW state is restored too; without it the optimizer starts
-        fresh. The checkpoint's alpha is adopted (it is part of what the weights mean).
-        Everything is read and checked before the adapter changes.
+        With ``optimizer`` the AdamW state is restored too (the checkpoint's optimizer family
+        must be the model's); without it the optimizer starts fresh. The checkpoint's alpha is
+        adopted (it is part of what the weights mean). Everything is read and checked before
+        the adapter changes.
         """
         with self._operation():
             directory = Path(directory)
@@ -335,6 +346,11 @@ class ModelHost:
             ):
                 raise CheckpointError(
                     f"checkpoint LoRA config {meta.lora} does not match the model's {current}"
+                )
+            if optimizer and meta.lora.optimizer != current.optimizer:
+                raise CheckpointError(
+                    f"checkpoint holds {meta.lora.optimizer} state; this model's optimizer is "
+                    f"{current.optimizer} (load it without the optimizer)"
                 )
             tensors = checkpoints.read_adapter(directory)
             state = checkpoints.read_optimizer(directory, meta) if optimizer else AdamState()

@@ -1,33 +1,40 @@
 """Per-token losses of the wire protocol, summed over tokens and datums with no normalisation.
 
-Every function takes the current policy logprobs ``p_B_T`` of the target tokens (with grad), the
-packed inputs and a validity mask, and returns the per-token loss ``loss_B_T`` (zero where the
-mask is off). Normalisation is the client's job: it scales weights or advantages.
+Every function takes the current policy logprobs ``p_B_T`` of the target tokens (with grad) and
+the packed inputs (zero past each row's end), and returns the per-token loss ``loss_B_T``; rows
+are datums. Normalisation is the client's job: it scales weights or advantages.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
+
+from loopwright.types import UNSUPPORTED_LOSSES
 
 from .errors import InvalidInput
 
 Tensor = torch.Tensor
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, float]], Tensor]
+DatumCheck = Callable[[Mapping[str, np.ndarray], str], None]
 
 
 @dataclass(frozen=True)
 class LossSpec:
-    """A loss: which ``loss_fn_inputs`` it needs, which it accepts, and its config defaults."""
+    """A loss: which ``loss_fn_inputs`` it needs and accepts, its (numeric) config keys with
+    their defaults, and an optional check of each datum's inputs."""
 
     fn: LossFn
     required: tuple[str, ...]
     optional: tuple[str, ...] = ()
     config: Mapping[str, float] = field(default_factory=dict)
     required_config: tuple[str, ...] = ()
+    check_datum: DatumCheck | None = None
 
     @property
     def accepted_inputs(self) -> tuple[str, ...]:
@@ -79,6 +86,26 @@ def dro(p: Tensor, inputs: Mapping[str, Tensor], cfg: Mapping[str, float]) -> Te
     return -(p * inputs["advantages"] - 0.5 * beta * (p - inputs["logprobs"]) ** 2)
 
 
+def gspo(p: Tensor, inputs: Mapping[str, Tensor], cfg: Mapping[str, float]) -> Tensor:
+    """GSPO-token: ``-min(s_t·A, clip(s_t, lo, hi)·A)`` where every token's ``s_t`` has the value
+    of its sequence's ratio ``s = exp(mean over marked tokens of (p - q))`` (no gradient through
+    the mean) and the gradient of its own ``p``: ``s_t = sg(s)·exp(p - sg(p))``."""
+    marked_B_T = (inputs["sequence_ratio_mask"] != 0).to(p.dtype)
+    log_ratio_B = ((p.detach() - inputs["logprobs"]) * marked_B_T).sum(-1) / marked_B_T.sum(-1)
+    ratio_B_T = torch.exp(log_ratio_B.unsqueeze(-1) + p - p.detach())
+    adv = inputs["advantages"]
+    clipped = torch.clamp(ratio_B_T, cfg["clip_low_threshold"], cfg["clip_high_threshold"])
+    return -torch.minimum(ratio_B_T * adv, clipped * adv)
+
+
+def _marks_a_token(inputs: Mapping[str, np.ndarray], where: str) -> None:
+    if not np.any(inputs["sequence_ratio_mask"] != 0):
+        raise InvalidInput(
+            f"{where}.loss_fn_inputs.sequence_ratio_mask",
+            "marks no token: the sequence ratio is the mean over at least one marked token",
+        )
+
+
 _RL_INPUTS = ("logprobs", "advantages")
 _CLIP_INPUTS = ("clip_low_threshold", "clip_high_threshold")
 
@@ -98,15 +125,26 @@ LOSSES: dict[str, LossSpec] = {
         config={"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
     ),
     "dro": LossSpec(dro, required=_RL_INPUTS, required_config=("beta",)),
+    # Tinker does not publish GSPO's default clip range, so it is asked for, not guessed.
+    "gspo": LossSpec(
+        gspo,
+        required=(*_RL_INPUTS, "sequence_ratio_mask"),
+        required_config=("clip_low_threshold", "clip_high_threshold"),
+        check_datum=_marks_a_token,
+    ),
 }
 
 
 def resolve_loss(
-    name: str, config: Mapping[str, float] | None
+    name: str, config: Mapping[str, float | str] | None
 ) -> tuple[LossSpec, dict[str, float]]:
-    """Look up a loss and merge its config; unknown names or keys are an InvalidInput."""
+    """Look up a loss and merge its config: every key a loss takes is a finite number (a string
+    value, possible since tinker's loss_fn_config_v2, is refused naming the key). Unknown or
+    unsupported names and unknown keys are an InvalidInput."""
     spec = LOSSES.get(name)
     if spec is None:
+        if name in UNSUPPORTED_LOSSES:
+            raise InvalidInput("loss_fn", UNSUPPORTED_LOSSES[name])
         raise InvalidInput("loss_fn", f"unknown loss {name!r}; expected one of {sorted(LOSSES)}")
     merged = dict(spec.config)
     allowed = set(spec.config) | set(spec.required_config)
@@ -116,11 +154,7 @@ def resolve_loss(
                 f"loss_fn_config.{key}",
                 f"not a parameter of {name}; accepted: {sorted(allowed) or 'none'}",
             )
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise InvalidInput(f"loss_fn_config.{key}", "must be a number")
-        if not torch.isfinite(torch.tensor(float(value))):
-            raise InvalidInput(f"loss_fn_config.{key}", "must be finite")
-        merged[key] = float(value)
+        merged[key] = _number(key, value)
     for key in spec.required_config:
         if key not in merged:
             raise InvalidInput(f"loss_fn_config.{key}", f"required by {name}")
@@ -132,3 +166,17 @@ def resolve_loss(
             "loss_fn_config.clip_low_threshold", "must not exceed clip_high_threshold"
         )
     return spec, merged
+
+
+def _number(key: str, value: object) -> float:
+    if isinstance(value, str):
+        raise InvalidInput(f"loss_fn_config.{key}", f"must be a number, not the text {value!r}")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidInput(f"loss_fn_config.{key}", "must be a number")
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise InvalidInput(f"loss_fn_config.{key}", "must be finite")
+    return number

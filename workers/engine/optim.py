@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 
 import torch
 
+from loopwright.types import SUPPORTED_OPTIMIZERS, unsupported_optimizer
+
 from .errors import InvalidInput
+
+
+def optimizer_family(config: Mapping[str, object] | None) -> str:
+    """The optimizer a model is created with, from tinker's ``optimizer_config`` (None: AdamW)."""
+    kind = "adamw" if config is None else config.get("type", "adamw")
+    if kind not in SUPPORTED_OPTIMIZERS:
+        raise InvalidInput("optimizer_config.type", unsupported_optimizer(kind))
+    return str(kind)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ its log-probability under the distribution it was drawn from (temperature, top-k
 applied); at temperature 1 with no truncation that equals the trainer's ``forward`` logprob.
 Greedy decoding (temperature 0) reports the model's untempered logprob. On request, each step
 also reports the k most likely tokens under that same distribution (tokens it could not draw,
-removed by top-k/top-p, are left out).
+removed by top-k/top-p, are left out). What a request asks about its prompt comes from the same
+prefill (``prompt_scoring``).
 """
 
 from __future__ import annotations
@@ -14,120 +15,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
 
-from loopwright.types import SampledSequence, SampleResponse, SamplingParams, StopReason
+from loopwright.types import StopReason
 
-from .errors import InvalidInput
+from .prompt_scoring import (
+    PromptScores,
+    TopK,
+    alternatives_generator,
+    asks_about_prompt,
+    positions_needed,
+    score_prompt,
+)
+from .sample_job import SAMPLE_OPTIONS, SampleJob, validate_job
+from .sample_result import SampledSeq, SampleResult
 
-MAX_NUM_SAMPLES = 128
-MAX_TOPK_PROMPT_LOGPROBS = 64
-MAX_TOPK_LOGPROBS = 20
-
-
-@dataclass
-class SampleJob:
-    """One sampling request: a prompt, how many samples, and how to draw them."""
-
-    prompt: list[int]
-    num_samples: int = 1
-    max_tokens: int | None = 16
-    temperature: float = 1.0
-    top_k: int = -1
-    top_p: float = 1.0
-    stop_strings: list[str] = field(default_factory=list)
-    stop_tokens: list[int] | None = None  # None: end-of-sequence; []: never stop early
-    seed: int | None = None
-    prompt_logprobs: bool = False
-    topk_prompt_logprobs: int = 0
-    topk_logprobs: int = 0  # the k most likely tokens at each generated position
-
-    @classmethod
-    def from_wire(
-        cls,
-        prompt: Sequence[int],
-        num_samples: int,
-        params: SamplingParams,
-        *,
-        prompt_logprobs: bool = False,
-        topk_prompt_logprobs: int = 0,
-        topk_logprobs: int = 0,
-    ) -> SampleJob:
-        stop = params.stop
-        strings: list[str] = []
-        tokens: list[int] | None = None
-        if isinstance(stop, str):
-            strings = [stop]
-        elif stop is not None:
-            items = list(stop)
-            if not items:
-                tokens = []  # an explicit empty list: no stop at all, not even end-of-sequence
-            elif all(isinstance(s, str) for s in items):
-                strings = [str(s) for s in items]
-            elif all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-                tokens = [int(cast(int, s)) for s in items]
-            else:
-                raise InvalidInput(
-                    "sampling_params.stop", "must be strings or token ids, not a mix"
-                )
-        return cls(
-            prompt=list(prompt),
-            num_samples=num_samples,
-            max_tokens=params.max_tokens,
-            temperature=float(params.temperature),
-            top_k=int(params.top_k),
-            top_p=float(params.top_p),
-            stop_strings=strings,
-            stop_tokens=tokens,
-            seed=params.seed,
-            prompt_logprobs=bool(prompt_logprobs),
-            topk_prompt_logprobs=int(topk_prompt_logprobs or 0),
-            topk_logprobs=int(topk_logprobs or 0),
-        )
-
-
-TopK = list[tuple[int, float]]  # (token id, logprob), most likely first
-
-
-@dataclass
-class SampledSeq:
-    tokens: list[int]
-    logprobs: list[float]
-    stop_reason: StopReason
-    topk_logprobs: list[TopK] | None = None  # per generated token, when the job asked for them
-
-
-@dataclass
-class SampleResult:
-    sequences: list[SampledSeq]
-    prompt_logprobs: list[float | None] | None = None
-    topk_prompt_logprobs: list[list[tuple[int, float]] | None] | None = None
-
-    def to_response(self) -> SampleResponse:
-        return SampleResponse(
-            sequences=[
-                SampledSequence(tokens=s.tokens, logprobs=s.logprobs, stop_reason=s.stop_reason)
-                for s in self.sequences
-            ],
-            prompt_logprobs=self.prompt_logprobs,
-            topk_prompt_logprobs=self.topk_prompt_logprobs,
-        )
-
-    def to_wire(self) -> dict:
-        """The JSON result: the wire ``SampleResponse``, plus each sequence's ``topk_logprobs``
-        (``[[token, logprob], ...]`` per token) when they were asked for."""
-        wire = self.to_response().model_dump(mode="json")
-        for seq, out in zip(self.sequences, wire["sequences"], strict=True):
-            if seq.topk_logprobs is not None:
-                out["topk_logprobs"] = [[[t, lp] for t, lp in step] for step in seq.topk_logprobs]
-        return wire
-
-    @property
-    def sampled_tokens(self) -> int:
-        return sum(len(s.tokens) for s in self.sequences)
+__all__ = ["SAMPLE_OPTIONS", "SampleJob", "SampleResult", "SampledSeq", "Sampler"]
 
 
 @dataclass
@@ -159,52 +64,7 @@ class Sampler:
     # -- validation ------------------------------------------------------------------------
     def validate(self, job: SampleJob, where: str = "") -> int:
         """Check a job; returns its effective max_tokens."""
-        n = len(job.prompt)
-        if n == 0:
-            raise InvalidInput(f"{where}prompt", "is empty")
-        bad = [t for t in job.prompt if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidInput(
-                f"{where}prompt",
-                f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})",
-            )
-        if not 1 <= job.num_samples <= MAX_NUM_SAMPLES:
-            raise InvalidInput(
-                f"{where}num_samples", f"{job.num_samples} is outside [1, {MAX_NUM_SAMPLES}]"
-            )
-        room = self.context_length - n
-        max_tokens = room if job.max_tokens is None else job.max_tokens
-        if max_tokens <= 0:
-            raise InvalidInput(f"{where}sampling_params.max_tokens", f"{max_tokens} must be ≥ 1")
-        if max_tokens > room:
-            raise InvalidInput(
-                f"{where}sampling_params.max_tokens",
-                f"prompt ({n}) + max_tokens ({max_tokens}) exceeds the context length {self.context_length}",
-            )
-        if not (math.isfinite(job.temperature) and job.temperature >= 0):
-            raise InvalidInput(
-                f"{where}sampling_params.temperature", f"{job.temperature} must be finite and ≥ 0"
-            )
-        if job.top_k < -1:
-            raise InvalidInput(
-                f"{where}sampling_params.top_k", f"{job.top_k} must be -1 (off) or ≥ 1"
-            )
-        if not (math.isfinite(job.top_p) and 0 < job.top_p <= 1):
-            raise InvalidInput(f"{where}sampling_params.top_p", f"{job.top_p} must be in (0, 1]")
-        stops = job.stop_tokens or []
-        if any(not 0 <= t < self.vocab_size for t in stops):
-            raise InvalidInput(
-                f"{where}sampling_params.stop", "stop token ids must be inside the vocabulary"
-            )
-        if any(s == "" for s in job.stop_strings):
-            raise InvalidInput(f"{where}sampling_params.stop", "stop strings must not be empty")
-        if not 0 <= job.topk_prompt_logprobs <= MAX_TOPK_PROMPT_LOGPROBS:
-            raise InvalidInput(
-                f"{where}topk_prompt_logprobs", f"must be in [0, {MAX_TOPK_PROMPT_LOGPROBS}]"
-            )
-        if not 0 <= job.topk_logprobs <= MAX_TOPK_LOGPROBS:
-            raise InvalidInput(f"{where}topk_logprobs", f"must be in [0, {MAX_TOPK_LOGPROBS}]")
-        return max_tokens
+        return validate_job(job, self.vocab_size, self.context_length, where)
 
     # -- sampling --------------------------------------------------------------------------
     @torch.no_grad()
@@ -214,7 +74,7 @@ class Sampler:
         if not jobs:
             return []
         cache = DynamicCache()
-        last_logits_J_V, prompt_info, mask_J_L = self._prefill(jobs, cache)
+        last_logits_J_V, prompt_scores, mask_J_L = self._prefill(jobs, cache)
         row_job = [j for j, job in enumerate(jobs) for _ in range(job.num_samples)]
         index = torch.tensor(row_job, device=self.device)
         cache.batch_select_indices(index)
@@ -258,12 +118,15 @@ class Sampler:
                 for r in rows
                 if r.job == j
             ]
-            plp, topk = prompt_info[j]
-            results.append(SampleResult(seqs, plp, topk))
+            results.append(SampleResult(seqs, prompt_scores[j]))
         return results
 
-    def _prefill(self, jobs: Sequence[SampleJob], cache: DynamicCache):
-        """Left-padded prefill of each job's prompt; returns last-position logits and prompt logprobs."""
+    def _prefill(
+        self, jobs: Sequence[SampleJob], cache: DynamicCache
+    ) -> tuple[torch.Tensor, list[PromptScores], torch.Tensor]:
+        """Left-padded prefill of each job's prompt; returns last-position logits, what each job
+        asked about its prompt, and the attention mask. Only the trailing positions some job
+        needs come out of the unembedding (left padding aligns every prompt's end)."""
         longest = max(len(j.prompt) for j in jobs)
         ids = torch.zeros(len(jobs), longest, dtype=torch.long)
         mask = torch.zeros(len(jobs), longest, dtype=torch.long)
@@ -272,40 +135,26 @@ class Sampler:
             mask[i, longest - len(job.prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        need_all = any(j.prompt_logprobs or j.topk_prompt_logprobs for j in jobs)
+        needed = [positions_needed(job) for job in jobs]
+        keep = max(needed)
         out = self.model(
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
             cache=cache,
             use_cache=True,
-            logits_to_keep=0 if need_all else 1,
+            logits_to_keep=keep,
         )
-        logits = out.logits
-        info: list[tuple[list[float | None] | None, list | None]] = []
-        for i, job in enumerate(jobs):
-            if not (job.prompt_logprobs or job.topk_prompt_logprobs):
-                info.append((None, None))
-                continue
-            n = len(job.prompt)
-            lp_N_V = torch.log_softmax(logits[i, longest - n : longest - 1].float(), dim=-1)
-            targets = torch.tensor(job.prompt[1:], device=self.device)
-            plp: list[float | None] = [
-                None,
-                *lp_N_V.gather(-1, targets.unsqueeze(-1)).squeeze(-1).tolist(),
-            ]
-            topk = None
-            if job.topk_prompt_logprobs:
-                vals, idx = lp_N_V.topk(job.topk_prompt_logprobs, dim=-1)
-                topk = [
-                    None,
-                    *[
-                        list(zip(ix, vs, strict=True))
-                        for ix, vs in zip(idx.tolist(), vals.tolist(), strict=True)
-                    ],
-                ]
-            info.append((plp if job.prompt_logprobs else None, topk))
-        return logits[:, -1].float(), info, mask
+        logits_J_K_V = out.logits
+        scores = [
+            score_prompt(
+                job, logits_J_K_V[i, keep - need :], alternatives_generator(job, self.device)
+            )
+            if asks_about_prompt(job)
+            else PromptScores()
+            for i, (job, need) in enumerate(zip(jobs, needed, strict=True))
+        ]
+        return logits_J_K_V[:, -1].float(), scores, mask
 
     def _generator(self, job: SampleJob) -> torch.Generator:
         g = torch.Generator(device=self.device)

@@ -21,7 +21,13 @@ from .futures import (
     UntypedAPIFuture,
 )
 from .lora import LoraConfig
-from .losses import ForwardBackwardInput, ForwardBackwardOutput, LossFnOutput, LossFnType
+from .losses import (
+    UNSUPPORTED_LOSSES,
+    ForwardBackwardInput,
+    ForwardBackwardOutput,
+    LossFnOutput,
+    LossFnType,
+)
 from .model_input import ModelInput
 from .models import (
     CreateModelRequest,
@@ -32,9 +38,23 @@ from .models import (
     UnloadModelRequest,
     UnloadModelResponse,
 )
-from .optim import AdamParams, OptimStepRequest, OptimStepResponse
+from .optim import (
+    SUPPORTED_OPTIMIZERS,
+    AdamOptimizerConfig,
+    AdamParams,
+    OptimStepRequest,
+    OptimStepResponse,
+    unsupported_optimizer,
+)
 from .pagination import Cursor
-from .sampling import SampledSequence, SampleRequest, SampleResponse, SamplingParams, StopReason
+from .sampling import (
+    PromptAltTokens,
+    SampledSequence,
+    SampleRequest,
+    SampleResponse,
+    SamplingParams,
+    StopReason,
+)
 from .sampling_sessions import (
     CreateSamplingSessionRequest,
     CreateSamplingSessionResponse,
@@ -74,6 +94,9 @@ from .weights import (
 
 __all__ = [
     "LOSS_INPUT_DTYPES",
+    "SUPPORTED_OPTIMIZERS",
+    "UNSUPPORTED_LOSSES",
+    "AdamOptimizerConfig",
     "AdamParams",
     "BaseModelInfo",
     "Checkpoint",
@@ -119,6 +142,7 @@ __all__ = [
     "OptimStepRequest",
     "OptimStepResponse",
     "ParsedCheckpointTinkerPath",
+    "PromptAltTokens",
     "QueueState",
     "RequestErrorCategory",
     "RequestFailedResponse",
@@ -149,4 +173,5 @@ __all__ = [
     "VpcConfig",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
+    "unsupported_optimizer",
 ]

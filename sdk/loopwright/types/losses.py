@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ._base import RequestModel, ResponseModel
 from .datum import Datum
 from .tensor_data import TensorData
 
-__all__ = ["ForwardBackwardInput", "ForwardBackwardOutput", "LossFnOutput", "LossFnType"]
+__all__ = [
+    "UNSUPPORTED_LOSSES",
+    "ForwardBackwardInput",
+    "ForwardBackwardOutput",
+    "LossFnOutput",
+    "LossFnType",
+]
 
-LossFnType = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro"]
+LossFnType = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
+
+UNSUPPORTED_LOSSES: dict[str, str] = {
+    "stable_reinforce": (
+        "stable_reinforce is not supported by this server: it needs stability information "
+        "recorded at sampling time, whose definition is not published"
+    ),
+    "custom": (
+        "custom is not supported by this server: server-side custom losses "
+        "(create_custom_loss) do not run here; forward_backward_custom computes the loss on "
+        "your machine instead"
+    ),
+}
+"""Loss names of the tinker protocol that Loopwright refuses, with the reason it gives."""
 
 LossFnOutput = dict[str, TensorData]
 
@@ -26,8 +45,17 @@ class ForwardBackwardInput(RequestModel):
     loss_fn: LossFnType
     """Which built-in loss to compute."""
 
-    loss_fn_config: dict[str, float] | None = None
-    """Loss parameters, e.g. clip_low_threshold and clip_high_threshold for ppo, beta for dro."""
+    loss_fn_config: dict[str, float | str] | None = None
+    """Loss parameters: clip_low_threshold and clip_high_threshold for ppo, cispo and gspo,
+    beta for dro. Values may be numbers or strings (tinker's loss_fn_config_v2); each loss
+    says which kind each key takes."""
+
+    @field_validator("loss_fn", mode="before")
+    @classmethod
+    def _refuse_unsupported(cls, value: Any) -> Any:
+        if isinstance(value, str) and value in UNSUPPORTED_LOSSES:
+            raise ValueError(UNSUPPORTED_LOSSES[value])
+        return value
 
 
 class ForwardBackwardOutput(ResponseModel):

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
 from .lora import LoraConfig
+from .optim import AdamOptimizerConfig
 
 __all__ = [
     "CreateModelRequest",
@@ -35,6 +36,10 @@ class CreateModelRequest(RequestModel):
 
     lora_config: LoraConfig | None = None
     """Shape of the adapter."""
+
+    optimizer_config: AdamOptimizerConfig | None = None
+    """Optimizer family, fixed for the model's lifetime; None means AdamW, the one supported
+    (tinker's Dimuon is refused)."""
 
     type: Literal["create_model"] = "create_model"
     """Request kind tag."""

@@ -1,12 +1,53 @@
-"""The optimizer step: Adam hyperparameters, its request and its answer."""
+"""The optimizer: its choice at model creation, the hyperparameters of a step, its answer.
+
+AdamW is the one optimizer Loopwright runs. tinker's Dimuon (``{"type": "dimuon", ...}``) is
+refused with a message that names it: its update rule is not published precisely enough to
+implement.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import model_validator
 
 from ._base import RequestModel, ResponseModel
 
-__all__ = ["AdamParams", "OptimStepRequest", "OptimStepResponse"]
+__all__ = [
+    "SUPPORTED_OPTIMIZERS",
+    "AdamOptimizerConfig",
+    "AdamParams",
+    "OptimStepRequest",
+    "OptimStepResponse",
+    "unsupported_optimizer",
+]
+
+SUPPORTED_OPTIMIZERS = ("adamw",)
+
+
+def unsupported_optimizer(kind: object) -> str:
+    """Why an optimizer family other than AdamW is refused."""
+    if kind == "dimuon":
+        return (
+            "the dimuon optimizer is not supported by this server: its update rule is not "
+            "published precisely enough to implement; use adamw (AdamParams)"
+        )
+    return f"unknown optimizer {kind!r}; supported: {', '.join(SUPPORTED_OPTIMIZERS)}"
+
+
+class AdamOptimizerConfig(RequestModel):
+    """Selects AdamW for a training model, fixed for its lifetime (the default)."""
+
+    type: Literal["adamw"] = "adamw"
+    """Optimizer family."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_other_families(cls, value: Any) -> Any:
+        kind = value.get("type", "adamw") if isinstance(value, dict) else "adamw"
+        if kind not in SUPPORTED_OPTIMIZERS:
+            raise ValueError(unsupported_optimizer(kind))
+        return value
 
 
 class AdamParams(RequestModel):
@@ -45,6 +86,16 @@ class OptimStepRequest(RequestModel):
 
     type: Literal["optim_step"] = "optim_step"
     """Request kind tag."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_other_families(cls, value: Any) -> Any:
+        # tinker sends non-Adam hyperparameters as optimizer_params instead of adam_params.
+        if isinstance(value, dict) and "optimizer_params" in value:
+            params = value["optimizer_params"]
+            kind = params.get("type") if isinstance(params, dict) else params
+            raise ValueError(f"optimizer_params: {unsupported_optimizer(kind)}")
+        return value
 
 
 class OptimStepResponse(ResponseModel):

@@ -1,4 +1,8 @@
-"""Sampling: generation parameters, the sample request and the sequences it returns."""
+"""Sampling: generation parameters, the sample request and the sequences it returns.
+
+Field names and layouts follow tinker 0.38; a sample result's JSON is ``SampleResponse``'s
+``model_dump(mode="json")``: every key below is always present, null where not asked for.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,22 @@ from typing import Literal
 
 from ._base import RequestModel, ResponseModel
 from .model_input import ModelInput
+from .tensor_data import TensorData
 
-__all__ = ["SampleRequest", "SampleResponse", "SampledSequence", "SamplingParams", "StopReason"]
+__all__ = [
+    "PromptAltTokens",
+    "SampleRequest",
+    "SampleResponse",
+    "SampledSequence",
+    "SamplingParams",
+    "StopReason",
+    "TopK",
+]
 
 StopReason = Literal["length", "stop"]
+
+TopK = list[tuple[int, float]]
+"""Up to k ``(token_id, logprob)`` pairs, most likely first (JSON: ``[[id, logprob], ...]``)."""
 
 
 class SamplingParams(ResponseModel):
@@ -64,6 +80,28 @@ class SampleRequest(RequestModel):
     topk_prompt_logprobs: int = 0
     """If positive, return the k most likely tokens at every prompt position."""
 
+    topk_sample_logprobs: int = 0
+    """If positive, return the k most likely tokens at every generated position
+    (``SampledSequence.topk_logprobs``)."""
+
+    target_prompt_logprobs: TensorData | None = None
+    """Token ids whose logprobs to return, int64 of shape ``[len(prompt) - 1, K]``: cell
+    ``[i, j]`` is scored at prompt position ``i + 1``; ``-1`` asks for nothing. May be sparse
+    CSR, unlisted cells meaning ``-1`` (``SampleResponse.target_prompt_logprobs``)."""
+
+    prompt_alt_tokens_k: int = 0
+    """If positive, draw this many tokens at the request's temperature from the model's
+    next-token distribution at every prompt position after the first
+    (``SampleResponse.prompt_alt_tokens``)."""
+
+    prompt_logprobs_last_n: int | None = None
+    """Score only the last N prompt tokens (earlier entries are None); needs prompt_logprobs,
+    between 1 and len(prompt) - 1; also applies to topk_prompt_logprobs."""
+
+    record_stability_info: bool | None = None
+    """Record stability information for StableReinforce; Loopwright refuses ``true`` (it
+    records none)."""
+
     type: Literal["sample"] = "sample"
     """Request kind tag."""
 
@@ -79,6 +117,21 @@ class SampledSequence(ResponseModel):
 
     logprobs: list[float] | None = None
     """Logprob of each generated token."""
+
+    topk_logprobs: list[TopK | None] | None = None
+    """Per generated token, the most likely tokens under the distribution it was drawn from,
+    if ``topk_sample_logprobs`` (or ``topk_logprobs``) asked for them."""
+
+
+class PromptAltTokens(ResponseModel):
+    """Tokens drawn at every prompt position after the first, with their logprobs."""
+
+    tokens: TensorData
+    """int64 ``[len(prompt) - 1, k]``: row ``i`` holds k draws (with replacement, at the
+    request's temperature) for prompt position ``i + 1``."""
+
+    logprobs: TensorData
+    """float32 ``[len(prompt) - 1, k]``: the model's (untempered) logprob of each draw."""
 
 
 class SampleResponse(ResponseModel):
@@ -98,3 +151,10 @@ class SampleResponse(ResponseModel):
 
     prompt_cache_hit_tokens: int = 0
     """Prompt tokens served from the prefix cache (counted once per prompt)."""
+
+    target_prompt_logprobs: TensorData | None = None
+    """Logprobs of the ids in the request's ``target_prompt_logprobs``: float32, same shape and
+    layout (sparse stays sparse, same indices), 0.0 where the request had -1."""
+
+    prompt_alt_tokens: PromptAltTokens | None = None
+    """The draws ``prompt_alt_tokens_k`` asked for."""

@@ -1,0 +1,48 @@
+"""tinker 0.38's request fields: sent as tinker sends them, refused before sending when unsupported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fake_server import BASE_MODEL, FakeServer
+
+from loopwright import ServiceClient
+from loopwright.types import Datum, ModelInput, SamplingParams, TensorData
+
+
+def test_sample_sends_the_038_fields(server: FakeServer, service: ServiceClient) -> None:
+    sampler = service.create_lora_training_client(BASE_MODEL, rank=4).create_sampling_client()
+    target = TensorData.from_numpy(np.array([[-1], [7]]))
+    sampler.sample(
+        [1, 2, 3],
+        2,
+        SamplingParams(max_tokens=2),
+        include_prompt_logprobs=True,
+        topk_sample_logprobs=2,
+        target_prompt_logprobs=target,
+        prompt_alt_tokens_k=3,
+        prompt_logprobs_last_n=1,
+    ).result(timeout=10)
+    body = server.calls("asample")[-1]
+    assert body["prompt_logprobs"] is True
+    assert body["topk_sample_logprobs"] == 2
+    assert body["target_prompt_logprobs"]["data"] == [-1, 7]
+    assert body["target_prompt_logprobs"]["shape"] == [2, 1]
+    assert body["prompt_alt_tokens_k"] == 3
+    assert body["prompt_logprobs_last_n"] == 1
+    sampler.compute_logprobs([1, 2, 3, 4], prompt_logprobs_last_n=2).result(timeout=10)
+    body = server.calls("asample")[-1]
+    assert body["prompt_logprobs"] is True and body["prompt_logprobs_last_n"] == 2
+
+
+@pytest.mark.parametrize("loss_fn", ["stable_reinforce", "custom"])
+def test_unsupported_losses_are_refused_before_anything_is_sent(
+    server: FakeServer, service: ServiceClient, loss_fn: str
+) -> None:
+    client = service.create_lora_training_client(BASE_MODEL, rank=4)
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3]}
+    )
+    with pytest.raises(ValueError, match=f"{loss_fn} is not supported"):
+        client.forward_backward([datum], loss_fn)  # type: ignore[arg-type]
+    assert server.calls("forward_backward") == []

@@ -1,0 +1,64 @@
+"""The outcome of one sample request and its JSON result: tinker 0.38's ``SampleResponse`` layout.
+
+``to_wire()`` is ``loopwright.types.SampleResponse.model_dump(mode="json")``: every key present,
+null where the request did not ask for it, and ``prompt_cache_hit_tokens`` 0 (no prefix cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loopwright.types import PromptAltTokens, SampledSequence, SampleResponse, StopReason
+
+from .prompt_scoring import PromptScores, TopK
+
+
+@dataclass
+class SampledSeq:
+    tokens: list[int]
+    logprobs: list[float]
+    stop_reason: StopReason
+    topk_logprobs: list[TopK] | None = None  # per generated token, when the job asked for them
+
+
+@dataclass
+class SampleResult:
+    sequences: list[SampledSeq]
+    prompt: PromptScores
+
+    @property
+    def prompt_logprobs(self) -> list[float | None] | None:
+        return self.prompt.prompt_logprobs
+
+    @property
+    def topk_prompt_logprobs(self) -> list[TopK | None] | None:
+        return self.prompt.topk_prompt_logprobs
+
+    def to_response(self) -> SampleResponse:
+        alternatives = self.prompt.prompt_alt_tokens
+        return SampleResponse(
+            sequences=[
+                SampledSequence(
+                    tokens=s.tokens,
+                    logprobs=s.logprobs,
+                    stop_reason=s.stop_reason,
+                    topk_logprobs=None if s.topk_logprobs is None else [*s.topk_logprobs],
+                )
+                for s in self.sequences
+            ],
+            prompt_logprobs=self.prompt.prompt_logprobs,
+            topk_prompt_logprobs=self.prompt.topk_prompt_logprobs,
+            prompt_cache_hit_tokens=0,  # every prompt is prefilled: no prefix cache yet
+            target_prompt_logprobs=self.prompt.target_prompt_logprobs,
+            prompt_alt_tokens=None
+            if alternatives is None
+            else PromptAltTokens(tokens=alternatives[0], logprobs=alternatives[1]),
+        )
+
+    def to_wire(self) -> dict:
+        """The JSON result of the sample operation (see the module docstring)."""
+        return self.to_response().model_dump(mode="json")
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(len(s.tokens) for s in self.sequences)
