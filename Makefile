@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup serve demo test test-fast lint format check bench bench-overhead clean
+.PHONY: setup serve demo test test-fast lint format check bench bench-overhead bench-failover clean
 
 # The stamp is rebuilt when the dependency lists change.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
@@ -47,6 +47,9 @@ bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
+
+bench-failover: setup ## time from kill -9 to the next completion; snapshots on vs off
+	$(BIN)/python -m bench.failover_bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -36,8 +36,24 @@ def main(argv: list[str] | None = None) -> None:
         help="a security group this host offers (repeatable; default: "
         "$LOOPWRIGHT_WORKER_SECURITY_GROUPS, comma-separated)",
     )
+    p.add_argument(
+        "--snapshot-every-steps",
+        type=int,
+        help="snapshot each training model every N optimizer steps (0: never by count; "
+        "default: $LOOPWRIGHT_SNAPSHOT_EVERY_STEPS, 20)",
+    )
+    p.add_argument(
+        "--snapshot-every-seconds",
+        type=float,
+        help="and every S seconds after its first change (0: never by time; default: "
+        "$LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS, 120)",
+    )
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
+    if args.snapshot_every_steps is not None:
+        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_STEPS"] = str(args.snapshot_every_steps)
+    if args.snapshot_every_seconds is not None:
+        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS"] = str(args.snapshot_every_seconds)
     os.environ.update(
         LOOPWRIGHT_WORKER_NAME=args.name,
         LOOPWRIGHT_WORKER_BASE_MODEL=args.base_model,

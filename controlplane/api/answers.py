@@ -29,6 +29,7 @@ from loopwright.types import UntypedAPIFuture
 from .parsing import public
 
 CONTENT_TYPE = "application/x-ndjson"
+FAILURE_DETAIL = ("code", "resume_from")
 _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d+(?:\.\d+)?)\"?", re.IGNORECASE)
 
 
@@ -44,7 +45,10 @@ def finished_body(op: Operation) -> tuple[dict, int]:
     if op.status == Operation.Status.DONE:
         return public(op.result), 200
     if op.status == Operation.Status.FAILED:
-        return {"error": op.error, "category": op.error_category or "server"}, 200
+        body = {"error": op.error, "category": op.error_category or "server"}
+        if op.result:  # e.g. a model lost for good: ``code`` and where it can resume from
+            body.update({k: op.result[k] for k in FAILURE_DETAIL if k in op.result})
+        return body, 200
     state, reason = selectors.operation_queue_state(op)
     body = {"type": "try_again", "request_id": op.id, "queue_state": state}
     if reason:

@@ -21,6 +21,7 @@ __all__ = [
     "GoneError",
     "InternalServerError",
     "LoopwrightError",
+    "ModelLostError",
     "NotFoundError",
     "PayloadTooLargeError",
     "PaymentRequiredError",
@@ -140,6 +141,26 @@ class RequestFailedError(APIError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.message, self.category, self.request_id))
+
+
+class ModelLostError(RequestFailedError):
+    """The model could not be brought back after the worker holding it was lost (its recovery
+    point or a checkpoint it loaded is gone, or a replay gave other results): the model has
+    failed. ``resume_from`` is its newest state save (``tinker://…/weights/…``), to resume with
+    ``create_training_client_from_state_with_optimizer``; None if it has none."""
+
+    def __init__(
+        self,
+        message: str,
+        category: str,
+        request_id: str | None = None,
+        resume_from: str | None = None,
+    ) -> None:
+        super().__init__(message, category, request_id)
+        self.resume_from = resume_from
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.category, self.request_id, self.resume_from))
 
 
 _BY_STATUS: dict[int, type[APIStatusError]] = {

@@ -22,6 +22,7 @@ from ._http import POLL_TIMEOUT, HTTPClient
 from .errors import (
     APIResponseValidationError,
     LoopwrightError,
+    ModelLostError,
     RequestFailedError,
 )
 from .types import UntypedAPIFuture
@@ -330,9 +331,14 @@ def _settle(data: Any, request_id: str, parse: Callable[[Any], T]) -> T:
     """A finished future's answer: its parsed result, or RequestFailedError if it failed."""
     if isinstance(data, dict) and "error" in data:
         category = data.get("category")
-        raise RequestFailedError(
-            str(data["error"]),
-            category if category in ("user", "server") else "unknown",
-            request_id,
-        )
+        category = category if category in ("user", "server") else "unknown"
+        if data.get("code") == "model_lost":
+            resume = data.get("resume_from")
+            raise ModelLostError(
+                str(data["error"]),
+                category,
+                request_id,
+                resume if isinstance(resume, str) else None,
+            )
+        raise RequestFailedError(str(data["error"]), category, request_id)
     return _parse(parse, data, f"request {request_id}")

@@ -284,7 +284,8 @@ def test_a_replay_that_diverges_fails_the_model_naming_where_to_resume(alice, st
     failover.workers_declare_dead(by="test")
     fut = alice.post("forward_backward", fwdbwd(model_id, 4, [datum([3, 3])])).json()
     body = result(alice, b, fut)
-    assert body["category"] == "server"
+    assert body["category"] == "server" and body["code"] == "model_lost"
+    assert body["resume_from"] == f"tinker://{model_id}/weights/s1"
     assert "replaying seq_id 1 (forward_backward)" in body["error"]
     assert f"resume from tinker://{model_id}/weights/s1" in body["error"]
     assert TrainingModel.objects.get(pk=model_id).state == "failed"

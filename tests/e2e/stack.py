@@ -29,8 +29,16 @@ def free_port() -> int:
 
 class Stack:
     def __init__(
-        self, backend: str, data_dir: Path, workers: dict[str, list[str]] | None = None
+        self,
+        backend: str,
+        data_dir: Path,
+        workers: dict[str, list[str]] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        pg_admin: str = PG_ADMIN,
     ) -> None:
+        """``env``: settings for every process (e.g. a short worker lease); ``pg_admin``: the
+        PostgreSQL server to make the stack's database on (default: the machine's)."""
         self.backend = backend
         self.data_dir = data_dir
         self.port = free_port()
@@ -40,7 +48,10 @@ class Stack:
         self.workers = workers or {self.worker_name: []}
         self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
         self.procs: list[subprocess.Popen] = []
+        self.worker_procs: dict[str, subprocess.Popen] = {}
+        self.http_proc: subprocess.Popen | None = None
         self.log_files: list = []
+        self.pg_admin = pg_admin
         self.keys: dict[str, str] = {}
         self.roles: dict[str, str] = {}  # each tenant's session role ARN
         self.accounts: dict[str, str] = {}
@@ -54,11 +65,13 @@ class Stack:
             "PYTHONUNBUFFERED": "1",
         }
         if backend == "postgres-redis":
-            self.env["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{self.db_name}"
+            server = pg_admin.rsplit("/", 1)[0].replace("postgresql://", "postgres://")
+            self.env["DATABASE_URL"] = f"{server}/{self.db_name}"
             self.env["LOOPWRIGHT_BROKER_URL"] = "redis://127.0.0.1:6379/0"
         else:
             self.env.pop("DATABASE_URL", None)
             self.env["LOOPWRIGHT_BROKER_URL"] = "filesystem://"
+        self.env.update(env or {})
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Stack:
@@ -70,7 +83,15 @@ class Stack:
             account = json.loads(self._manage("create_tenant", "--name", who, "--json"))
             self.keys[who], self.roles[who] = account["api_key"], account["session_role_arn"]
             self.accounts[who] = account["account_id"]
-        self._spawn(
+        self.start_http()
+        for name in self.workers:
+            self.start_worker(name)
+        self._wait_ready()
+        return self
+
+    def start_http(self) -> None:
+        """The control plane (gunicorn), in a process group of its own."""
+        self.http_proc = self._spawn(
             "http",
             [
                 sys.executable,
@@ -86,29 +107,46 @@ class Stack:
                 "--timeout",
                 "120",
             ],
+            group=True,
         )
-        for log_name, (name, flags) in zip(self._worker_logs(), self.workers.items(), strict=True):
-            self._spawn(
-                log_name,
-                [
-                    sys.executable,
-                    "-m",
-                    "workers.run",
-                    "--name",
-                    name,
-                    "--base-model",
-                    TINY,
-                    *flags,
-                    "--loglevel",
-                    "WARNING",
-                ],
-            )
-        self._wait_ready()
-        return self
+
+    def kill_http(self) -> None:
+        """kill -9 of gunicorn and its workers, in the middle of whatever they do."""
+        assert self.http_proc is not None
+        os.killpg(self.http_proc.pid, signal.SIGKILL)
+        self.http_proc.wait(timeout=30)
+
+    def start_worker(self, name: str) -> subprocess.Popen:
+        """A worker process named ``name`` (again, after it was killed or stopped)."""
+        log_name = "worker" if name == next(iter(self.workers)) else f"worker-{name}"
+        proc = self._spawn(
+            log_name,
+            [
+                sys.executable,
+                "-m",
+                "workers.run",
+                "--name",
+                name,
+                "--base-model",
+                TINY,
+                *self.workers[name],
+                "--loglevel",
+                "WARNING",
+            ],
+        )
+        self.worker_procs[name] = proc
+        return proc
+
+    def signal_worker(self, name: str, signum: int = signal.SIGKILL) -> None:
+        self.worker_procs[name].send_signal(signum)
+
+    def wait_worker_gone(self, name: str, timeout: float = 60) -> int:
+        return self.worker_procs[name].wait(timeout=timeout)
 
     def stop(self) -> None:
         for p in self.procs:
             if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # one a test left stopped
                 p.send_signal(signal.SIGTERM)
         for p in self.procs:
             try:
@@ -118,16 +156,21 @@ class Stack:
         for f in self.log_files:
             f.close()
         if self.backend == "postgres-redis":
-            self._admin(
-                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{self.db_name}'"
-            )
-            self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}"')
+            try:
+                self._admin(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{self.db_name}'"
+                )
+                self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}"')
+            except Exception:
+                if self.pg_admin == PG_ADMIN:
+                    raise  # a private server goes with its folder
 
     # -- helpers ---------------------------------------------------------------------------
     def _admin(self, sql: str) -> None:
         import psycopg
 
-        with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        with psycopg.connect(self.pg_admin, autocommit=True) as conn:
             conn.execute(sql)
 
     def manage(self, *args: str) -> str:
@@ -153,18 +196,25 @@ class Stack:
             raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-3000:]}")
         return out.stdout
 
-    def _spawn(self, name: str, cmd) -> None:
+    def _spawn(self, name: str, cmd, *, group: bool = False) -> subprocess.Popen:
         log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in stop())
         self.log_files.append(log)
-        self.procs.append(
-            subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=group,
         )
+        self.procs.append(proc)
+        return proc
 
     def _wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for p in self.procs:
-                if p.poll() is not None:
+            for p in [self.http_proc, *self.worker_procs.values()]:
+                if p is not None and p.poll() is not None:
                     raise RuntimeError(f"{p.args[:3]} exited: {self.logs()}")
             try:
                 r = httpx.get(

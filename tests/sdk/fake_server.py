@@ -36,9 +36,10 @@ class Reject(Exception):
 class OpFailed(Exception):
     """Complete the current operation as failed."""
 
-    def __init__(self, error: str, category: str = "user"):
+    def __init__(self, error: str, category: str = "user", detail: dict | None = None):
         super().__init__(error)
         self.category = category
+        self.detail = detail or {}  # more fields of the failure answer (code, resume_from)
 
 
 @dataclass
@@ -135,8 +136,10 @@ class FakeServer:
         """Handle the request, then lose the answer (the client sees a broken connection)."""
         self.faults.setdefault(path, []).extend(Fault(drop_after=True) for _ in range(times))
 
-    def fail_operation(self, kind: str, error: str, category: str = "server") -> None:
-        self.op_failures.setdefault(kind, []).append(OpFailed(error, category))
+    def fail_operation(
+        self, kind: str, error: str, category: str = "server", detail: dict | None = None
+    ) -> None:
+        self.op_failures.setdefault(kind, []).append(OpFailed(error, category, detail))
 
     def calls(self, path: str) -> list[Any]:
         with self.lock:
@@ -428,7 +431,7 @@ class FakeServer:
                 raise failures.pop(0)
             op.outcome = run_operation(self, op)
         except OpFailed as exc:
-            op.outcome = {"error": str(exc), "category": exc.category}
+            op.outcome = {"error": str(exc), "category": exc.category, **exc.detail}
 
 
 def run_operation(server: FakeServer, op: Op) -> dict[str, Any]:

@@ -41,6 +41,28 @@ def test_a_failed_operation_raises_with_its_category(
     client.optim_step(AdamParams()).result(timeout=10)
 
 
+def test_a_model_lost_for_good_names_where_to_resume(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    client = service.create_lora_training_client(BASE_MODEL, rank=4)
+    saved = f"tinker://{client.model_id}/weights/s1"
+    server.fail_operation(
+        "optim_step",
+        f"model {client.model_id} could not be restored: …; resume from {saved}",
+        detail={"code": "model_lost", "resume_from": saved},
+    )
+    with pytest.raises(loopwright.ModelLostError) as lost:
+        client.optim_step(AdamParams()).result(timeout=10)
+    assert lost.value.resume_from == saved and lost.value.category == "server"
+    assert isinstance(lost.value, loopwright.RequestFailedError)  # caught as before, too
+    server.fail_operation(
+        "optim_step", "lost, never saved", detail={"code": "model_lost", "resume_from": None}
+    )
+    with pytest.raises(loopwright.ModelLostError) as never_saved:
+        client.optim_step(AdamParams()).result(timeout=10)
+    assert never_saved.value.resume_from is None
+
+
 def test_timeout_leaves_the_operation_running(server: FakeServer, service: ServiceClient) -> None:
     client = service.create_lora_training_client(BASE_MODEL, rank=4)
     server.hold = True

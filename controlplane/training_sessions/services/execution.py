@@ -343,8 +343,16 @@ def _not_running(op: Operation, fence: Fence) -> None:
 
 
 @transaction.atomic
-def fail(op: Operation, error: str, category: str, fence: Fence | None = None) -> None:
-    """Record ``op`` as failed (by its worker: under ``fence``, else by the control plane)."""
+def fail(
+    op: Operation,
+    error: str,
+    category: str,
+    fence: Fence | None = None,
+    *,
+    detail: dict | None = None,
+) -> None:
+    """Record ``op`` as failed (by its worker: under ``fence``, else by the control plane);
+    ``detail``: what the failure answer carries besides the error (e.g. where to resume)."""
     unfinished = Operation.objects.filter(
         pk=op.pk, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
     )
@@ -357,6 +365,7 @@ def fail(op: Operation, error: str, category: str, fence: Fence | None = None) -
         error=error[:10000],
         error_category=category,
         finished_at=timezone.now(),
+        result=detail,
     )
     if not updated:
         return

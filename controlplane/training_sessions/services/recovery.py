@@ -158,10 +158,11 @@ def restore_failed(*, model_id: str, worker_name: str, why: str) -> str:
         message = (
             f"model {model_id} could not be restored after its worker was lost: {why}; {where}"
         )
+        detail = {"code": "model_lost", "resume_from": resume}
         for op in model.operations.filter(
             status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
         ):
-            fail(op, message, "server")
+            fail(op, message, "server", detail=detail)
         TrainingModel.objects.filter(pk=model_id).update(state=TrainingModel.State.FAILED)
         recovery_discard(model)
         model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
