@@ -140,8 +140,12 @@ class WorkerRuntime:
                 settings.snapshot_every_seconds, django_settings.SNAPSHOT_EVERY_SECONDS
             ),
         )
+        self.host.on_evict = lambda model_id, state: self.snapshots.evicted(
+            model_id, state, self.fence
+        )
         self._stop = threading.Event()
         self._fenced = threading.Event()  # the lease was taken away: start over, empty
+        self._restores_due = threading.Event()  # models moved here wait to be restored
         self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
         self._restore_failures: dict[str, int] = {}
         # One drain at a time: the Celery task and the wake listener both call drain().
@@ -235,11 +239,19 @@ class WorkerRuntime:
             finally:
                 self._drain_lock.release()
         self._place_waiting()
-        if execution.has_waiting_work(worker=self.worker) or self.snapshots.due_by_time():
+        if self._models_to_restore():
+            self._restores_due.set()
+        waiting = execution.has_waiting_work(worker=self.worker)
+        if waiting or self.snapshots.due_by_time() or self._restores_due.is_set():
             if self.wake is not None:
                 self.wake.poke()
                 return
             dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
+
+    def _models_to_restore(self) -> list[str]:
+        """Models moved here from a lost worker that this host does not hold yet."""
+        moved = recovery.models_to_restore(worker_id=self.fence.worker_id)
+        return [m for m in moved if not self.host.has_adapter(m)]
 
     def request_stop(self) -> None:
         """Stop taking work: the operation running now is the last (a SIGTERM asks this)."""
@@ -291,6 +303,10 @@ class WorkerRuntime:
             if idle or not progressed:
                 for model_id in self.snapshots.due_by_time():  # idle: a good moment
                     self.snapshots.take(model_id, self.fence)
+                if self._restores_due.is_set():  # and to bring moved models back at once
+                    self._restores_due.clear()
+                    for model_id in self._models_to_restore():
+                        self._restore(model_id)
                 return ran
 
     def _pass(self) -> tuple[int, bool]:

@@ -127,6 +127,19 @@ class Snapshots:
         self._jobs.put(job)
         return job
 
+    def evicted(
+        self, model_id: str, snapshot: engine_snapshots.Snapshot, fence: Fence
+    ) -> _Job | None:
+        """An adapter spilled to this worker's disk to make room: its state changed since its
+        recovery point goes to storage too (the spill dies with the worker)."""
+        tracked = self._tracked.get(model_id)
+        if tracked is None or tracked.since is None:
+            return None
+        job = _Job(model_id, tracked.tenant_id, tracked.seq, snapshot, fence)
+        tracked.steps, tracked.since = 0, None
+        self._jobs.put(job)
+        return job
+
     def forget(self, model_id: str | None = None) -> None:
         """Stop tracking ``model_id`` (None: every model; the worker starts empty)."""
         if model_id is None:

@@ -161,6 +161,23 @@ def test_a_silent_worker_is_declared_dead_once_and_its_model_ends_as_if_nothing_
         )
 
 
+def test_a_moved_model_is_restored_at_once_not_when_its_user_comes_back(alice, start) -> None:
+    """The loop may be busy elsewhere (scoring, data loading): the new worker restores the
+    model as soon as its heartbeat finds it, so the next step does not wait for that."""
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 2):
+        result(alice, a, fut)
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    b.beat()
+    b.drain()  # nothing to run: it restores what moved here meanwhile
+    assert b.host.has_adapter(model_id)
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.outcome, recovery.replayed) == ("restored", 5)
+
+
 def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start) -> None:
     a = start("a")
     b = start("b")

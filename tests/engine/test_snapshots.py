@@ -108,3 +108,23 @@ def test_a_damaged_snapshot_changes_nothing(host, make_host, tmp_path) -> None:
     (tmp_path / "snap" / checkpoints.META_FILE).unlink()
     with pytest.raises(CheckpointError):
         other.restore("m", tmp_path / "snap")
+
+
+def test_an_adapter_spilled_to_make_room_is_handed_over_whole(make_host, tmp_path) -> None:
+    """The host tells who listens of every adapter it spills to its disk (which dies with the
+    worker), with its whole state: written as a snapshot, it restores bit for bit."""
+    host = make_host(max_loaded_adapters=1)
+    spilled: list[tuple[str, snapshots.Snapshot]] = []
+    host.on_evict = lambda model_id, state: spilled.append((model_id, state))
+    host.create_adapter("a", LORA)
+    host.forward_backward("a", _batch(0))
+    host.optim_step("a", AdamParams(learning_rate=1e-2))
+    host.forward_backward("a", _batch(1))  # with pending gradients
+    before = _state(host, "a")
+    host.create_adapter("b", AdapterConfig(rank=2, seed=5))  # room for b: a goes to disk
+    assert [m for m, _ in spilled] == ["a"]
+    snapshots.write(spilled[0][1], tmp_path / "a")
+    other = make_host()
+    other.restore("a", tmp_path / "a")
+    _same(_state(other, "a"), before)
+    _same(_state(host, "a"), before)  # and it comes back from the spill unchanged

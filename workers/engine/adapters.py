@@ -14,7 +14,7 @@ import hashlib
 import re
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
@@ -119,6 +119,8 @@ class AdapterPool:
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._active: str | None = None  # the peft adapter set active last
         self._param_cache: dict[str, dict[str, torch.nn.Parameter]] = {}
+        # told of each adapter about to be spilled, with its state (weights, grads, optimizer)
+        self.on_evict: Callable[[str, AdapterConfig, dict], None] | None = None
 
     def _any_target(self) -> str:
         for group in ("attn", "mlp", "unembed"):
@@ -278,6 +280,8 @@ class AdapterPool:
             "optimizer_step": entry.optimizer.step,
             "optimizer": {k: v.cpu() for k, v in entry.optimizer.tensors().items()},
         }
+        if self.on_evict is not None:
+            self.on_evict(entry.model_id, entry.config, blob)
         torch.save(blob, self._spill_path(entry.model_id))
         self._delete(entry.model_id)
         entry.optimizer = AdamState()

@@ -13,7 +13,7 @@ import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +98,26 @@ class ModelHost:
         )
         self._lock = threading.RLock()
         self.memory = memory.HeapReleaser(self.config.release_slack_mb << 20)
+        # told of each adapter spilled to disk to make room, with its whole state
+        self.on_evict: Callable[[str, snapshots.Snapshot], None] | None = None
+        self.pool.on_evict = self._evicted
+
+    def _evicted(self, model_id: str, lora: AdapterConfig, spilled: dict) -> None:
+        if self.on_evict is None:
+            return
+        self.on_evict(
+            model_id,
+            snapshots.Snapshot(
+                base_model=self.base_model,
+                lora=lora,
+                adapter=snapshots.copied(spilled["weights"]),
+                optimizer=AdamState.from_tensors(
+                    spilled["optimizer_step"], snapshots.copied(spilled["optimizer"])
+                ),
+                gradients=snapshots.copied(spilled["grads"]),
+                peft_config_json=self._peft_config_json(model_id),
+            ),
+        )
 
     @contextlib.contextmanager
     def _operation(self, *, release: bool = False) -> Iterator[None]:

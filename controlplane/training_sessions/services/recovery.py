@@ -84,6 +84,19 @@ def restore_plan(*, model_id: str, fence: Fence) -> RestorePlan:
     return RestorePlan(model, point, replay, recovery)
 
 
+def models_to_restore(*, worker_id: int) -> list[str]:
+    """Models on the worker that moved there and wait to be restored."""
+    return list(
+        Recovery.objects.filter(
+            outcome=Recovery.Outcome.RESTORING,
+            model__worker_id=worker_id,
+            model__state__in=TrainingModel.LIVE_STATES,
+        )
+        .values_list("model_id", flat=True)
+        .distinct()
+    )
+
+
 def _opening(model: TrainingModel, point: dict) -> dict | None:
     if not point.get("sealing"):
         return None
