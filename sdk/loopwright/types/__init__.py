@@ -63,6 +63,7 @@ from .sampling_sessions import (
 from .server import (
     ClientConfigRequest,
     ClientConfigResponse,
+    ClientDynamicConfigResponse,
     GetServerCapabilitiesResponse,
     HealthResponse,
     SupportedModel,
@@ -104,6 +105,7 @@ __all__ = [
     "CheckpointsListResponse",
     "ClientConfigRequest",
     "ClientConfigResponse",
+    "ClientDynamicConfigResponse",
     "CreateModelRequest",
     "CreateModelResponse",
     "CreateSamplingSessionRequest",

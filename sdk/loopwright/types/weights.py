@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
+from .optim import AdamOptimizerConfig
 
 __all__ = [
     "LoadWeightsRequest",
@@ -36,6 +37,9 @@ class SaveWeightsRequest(RequestModel):
 
     overwrite: bool = False
     """Whether to replace an existing checkpoint of the same name."""
+
+    user_metadata: dict[str, str] | None = None
+    """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
 
     type: Literal["save_weights"] = "save_weights"
     """Request kind tag."""
@@ -71,6 +75,14 @@ class SaveWeightsForSamplerRequest(RequestModel):
 
     merge_weights: bool = False
     """Also write a deployable model with the adapter merged into the base (Loopwright extension)."""
+
+    kind: Literal["snapshot", "inflight"] = "snapshot"
+    """For an unnamed save: ``snapshot`` samples the weights as of the save; ``inflight`` is
+    served the same way here (the weights as of the save, in seq_id order, which meets its
+    "these weights or newer" guarantee); a later save gives a new sampler."""
+
+    user_metadata: dict[str, str] | None = None
+    """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
 
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
     """Request kind tag."""
@@ -125,6 +137,9 @@ class LoadWeightsRequest(RequestModel):
 
     optimizer: bool
     """Whether to restore the optimizer state too."""
+
+    optimizer_config: AdamOptimizerConfig | None = None
+    """The optimizer of a model created by this load; None means AdamW, the one supported."""
 
     weights_access_token: str | None = None
     """Access token for a checkpoint owned by another account."""
