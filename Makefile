@@ -6,7 +6,17 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup serve demo test test-fast lint format check bench bench-overhead clean
+.PHONY: setup tinker-venv serve demo test test-fast lint format check bench bench-overhead bench-wire clean
+
+# A second client environment: the current official tinker SDK (the protobuf protocol), driven
+# by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
+TINKER_VENV ?= .venv-tinker038
+$(TINKER_VENV)/.installed: Makefile
+	test -x $(TINKER_VENV)/bin/python || $(PY) -m venv $(TINKER_VENV)
+	$(TINKER_VENV)/bin/python -m pip install -q tinker==0.38.0
+	touch $@
+
+tinker-venv: $(TINKER_VENV)/.installed ## the tinker 0.38.0 client environment for the tests
 
 # The stamp is rebuilt when the dependency lists change.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
@@ -25,10 +35,10 @@ serve: setup ## the service on the embedded default: http://127.0.0.1:8000, API 
 demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU, no services)
 	$(BIN)/python -m workers.engine.demo
 
-test: setup ## the whole test suite
+test: setup tinker-venv ## the whole test suite
 	$(BIN)/python -m pytest
 
-test-fast: setup ## tests without the slow ones
+test-fast: setup tinker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: setup
@@ -49,4 +59,4 @@ bench-overhead: setup ## SDK round trip through control plane, Redis and worker 
 	$(BIN)/python -m bench.overhead_bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache

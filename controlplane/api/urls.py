@@ -21,6 +21,7 @@ from .apis import (
 urlpatterns = [
     path("healthz", meta.healthz, name="healthz"),
     path("client/config", meta.client_config),
+    path("client/dynamic_config", meta.client_dynamic_config),
     path("get_server_capabilities", meta.get_server_capabilities),
     path("telemetry", meta.telemetry),
     path("base_models", meta.base_models),

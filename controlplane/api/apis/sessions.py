@@ -90,7 +90,7 @@ def create_session(request: Request) -> Response:
     platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     session = services.session_create(
         tenant=tenant,
-        name=req.name or "",
+        name=req.name or req.display_name or "",
         tags=req.tags,
         user_metadata=req.user_metadata,
         sdk_version=req.sdk_version,
