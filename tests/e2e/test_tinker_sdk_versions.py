@@ -168,3 +168,23 @@ def test_rest_calls(run, pg_stack) -> None:
         f"training_runs/{run['model_id']}/checkpoints",
     ):
         assert httpx.get(f"{pg_stack.url}/api/v1/{path}", headers=charlie).status_code == 404
+
+
+def test_sessions_finish_and_search(run, pg_stack) -> None:
+    if "searched_sessions" not in run["rest"]:
+        pytest.skip("sessions/search and sessions/<id>/finish came with tinker 0.26–0.38")
+    alice = {"X-API-Key": pg_stack.keys["alice"]}
+    r = httpx.get(f"{pg_stack.url}/api/v1/training_runs/{run['model_id']}", headers=alice)
+    session_id = r.json()["session_id"]
+    assert session_id in run["rest"]["searched_sessions"]
+    assert session_id in run["rest"]["finished_sessions"]  # ServiceClient.close("success")
+    detail = httpx.get(f"{pg_stack.url}/api/v1/sessions/{session_id}", headers=alice).json()
+    assert detail["BillableTokenUsage"]["TrainingTokens"] > 0
+    assert detail["LastReceivedSequenceNumber"] >= 1
+    charlie = {"X-API-Key": pg_stack.role_key("charlie")}
+    r = httpx.post(
+        f"{pg_stack.url}/api/v1/sessions/{session_id}/finish",
+        json={"reason": {"type": "success"}},
+        headers=charlie,
+    )
+    assert r.status_code == 404

@@ -174,6 +174,21 @@ def main(base_url: str) -> dict:
         "checkpoints": sorted(c.tinker_path for c in ckpts.checkpoints),
         "runs": [r.training_run_id for r in done(rest.list_training_runs()).training_runs],
     }
+    if VERSION >= (0, 38):
+        page = rest.search_sessions(types.SessionSearchRequest(limit=200)).result()
+        report["rest"]["searched_sessions"] = [s.session_id for s in page.sessions]
+        service.close("success", detail="scenarios done").result()
+        after = (
+            tinker.ServiceClient(base_url=base_url)
+            .create_rest_client()
+            .search_sessions(
+                types.SessionSearchRequest(
+                    statuses=[types.ClientFinishedSessionStatusQuery(reasons=["success"])]
+                )
+            )
+            .result()
+        )
+        report["rest"]["finished_sessions"] = [s.session_id for s in after.sessions]
     return report
 
 
