@@ -58,5 +58,8 @@ bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 
+bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd protobuf: bytes, encode + decode
+	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench
+
 clean:
 	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache

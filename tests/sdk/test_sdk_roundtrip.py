@@ -168,6 +168,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "ClientConfigRequest": {"sdk_version": "0.24.1"},
     "ClientConfigResponse": {"use_pyqwest_transport": False},
+    "ClientDynamicConfigResponse": {"refresh_interval_sec": 300, "sample_cancel_enabled": False},
     "Cursor": {"offset": 0, "limit": 20, "total_count": 0},
     "Checkpoint": CHECKPOINT,
     "CheckpointsListResponse": {"checkpoints": [CHECKPOINT]},

@@ -47,10 +47,12 @@ def encode_forward_backward(
     batch: ForwardBackwardInput,
     *,
     forward_only: bool = False,
+    compress: bool = True,
     level: int = 3,
 ) -> bytes:
-    """The zstd-compressed protobuf body of one forward (``forward_only``) or forward_backward
-    request. Config values go into both config maps, as the tinker SDK writes them."""
+    """The protobuf body of one forward (``forward_only``) or forward_backward request,
+    zstd-compressed unless ``compress`` is off. Config values go into both config maps, as the
+    tinker SDK writes them."""
     msg = pb.ForwardBackwardRequest(
         model_id=model_id, seq_id=seq_id, loss_fn=batch.loss_fn, forward_only=forward_only
     )
@@ -62,4 +64,5 @@ def encode_forward_backward(
             msg.loss_fn_config_v2[key].number = float(value)
     for datum in batch.data:
         _datum_to_proto(datum, msg.data.add())
-    return zstandard.ZstdCompressor(level=level).compress(msg.SerializeToString())
+    raw = msg.SerializeToString()
+    return zstandard.ZstdCompressor(level=level).compress(raw) if compress else raw
