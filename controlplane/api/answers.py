@@ -54,6 +54,10 @@ def sample_sequence_ids(op: Operation) -> list[str]:
 def result_body(op: Operation) -> dict:
     """A finished operation's JSON result; a sample's sequences carry their ``sequence_id``."""
     body = public(op.result)
+    if (op.payload or {}).get("external") and isinstance(body.get("path"), str):
+        # save_weights_external: the sampler checkpoint, named as tinker names these
+        body["path"] = body["path"].replace("/sampler_weights/", "/external_weights/", 1)
+        body["type"] = "save_weights_external"
     if op.kind == Operation.Kind.SAMPLE and isinstance(body.get("sequences"), list):
         ids = sample_sequence_ids(op)
         body["sequences"] = [

@@ -41,11 +41,16 @@ urlpatterns = [
     path("training_runs", models.training_runs),
     path("training_runs/<str:model_id>", models.training_run),
     path("training_runs/<str:model_id>/checkpoints", models.training_run_checkpoints),
+    path(
+        "training_runs/<str:model_id>/checkpoints/<path:checkpoint_id>/external_weights_urls",
+        models.external_weights_urls,
+    ),
     path("forward", training.forward),
     path("forward_backward", training.forward_backward),
     path("optim_step", training.optim_step),
     path("save_weights", training.save_weights),
     path("save_weights_for_sampler", training.save_weights_for_sampler),
+    path("save_weights_external", training.save_weights_external),
     path("load_weights", training.load_weights),
     path("create_sampling_session", sampling.create_sampling_session),
     path("asample", sampling.asample),
@@ -92,4 +97,5 @@ urlpatterns = [
         registry.version_download,
     ),
     path("registry/model-packages/download", registry.download_by_path),
+    path("registry/signed-downloads/<str:token>", models.signed_download),
 ]

@@ -146,6 +146,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "SaveWeightsRequest": {"model_id": "m1", "seq_id": 4, "path": "step-1"},
     "SaveWeightsResponse": {"path": "tinker://m1/weights/step-1"},
     "SaveWeightsForSamplerRequest": {"model_id": "m1", "seq_id": 5, "path": "s1"},
+    "SaveWeightsExternalRequest": {
+        "model_id": "m1",
+        "seq_id": 6,
+        "path": "e1",
+        "ttl_seconds": 3600,
+    },
     "SaveWeightsForSamplerResponse": {"path": "tinker://m1/sampler_weights/s1"},
     "SaveWeightsForSamplerResponseInternal": {"sampling_session_id": "s2"},
     "LoadWeightsRequest": {

@@ -25,6 +25,7 @@ from loopwright.types import (
     ForwardRequest,
     LoadWeightsRequest,
     OptimStepRequest,
+    SaveWeightsExternalRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsRequest,
 )
@@ -290,3 +291,35 @@ def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
         load=({"path": req.path, "optimizer": req.optimizer}, plan),
     )
     return future(request, op, op.model_id)
+
+
+@api_view(["POST"])
+@sequenced(Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
+def save_weights_external(request: Request) -> Response:
+    """Weights for use elsewhere (tinker SDK ≥ 0.30): a sampler checkpoint saved with its merged
+    model, answered as ``tinker://<model_id>/external_weights/<name>``; its files are then
+    downloaded through ``external_weights_urls``."""
+    req = parse(request, SaveWeightsExternalRequest)
+    if req.age_encryption_recipients:
+        raise SessionError(
+            "age_encryption_recipients: not offered; the files are sealed with the account's "
+            "KMS key and downloaded by time-limited links (external_weights_urls)",
+            field="age_encryption_recipients",
+        )
+    plan = checkpoint_plans.save_plan(
+        kind=Checkpoint.Kind.SAMPLER,
+        name=checkpoint_plans.checkpoint_name(req.path, "external"),
+        overwrite=False,
+        ttl_seconds=req.ttl_seconds,
+        merge=True,
+    )
+    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+    op = submit.training_submit(
+        tenant=tenant_of(request),
+        model_id=req.model_id,
+        seq_id=req.seq_id,
+        kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+        payload={**payload, "external": True},
+        plan=plan,
+    )
+    return future(request, op, req.model_id)

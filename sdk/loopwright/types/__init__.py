@@ -84,6 +84,7 @@ from .vpc import VpcConfig
 from .weights import (
     LoadWeightsRequest,
     LoadWeightsResponse,
+    SaveWeightsExternalRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsForSamplerResponse,
     SaveWeightsForSamplerResponseInternal,
@@ -152,6 +153,7 @@ __all__ = [
     "SampleResponse",
     "SampledSequence",
     "SamplingParams",
+    "SaveWeightsExternalRequest",
     "SaveWeightsForSamplerRequest",
     "SaveWeightsForSamplerResponse",
     "SaveWeightsForSamplerResponseInternal",

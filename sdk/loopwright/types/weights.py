@@ -10,6 +10,7 @@ from .optim import AdamOptimizerConfig
 __all__ = [
     "LoadWeightsRequest",
     "LoadWeightsResponse",
+    "SaveWeightsExternalRequest",
     "SaveWeightsForSamplerRequest",
     "SaveWeightsForSamplerResponse",
     "SaveWeightsForSamplerResponseInternal",
@@ -109,6 +110,30 @@ class SaveWeightsForSamplerResponse(ResponseModel):
 
     type: Literal["save_weights_for_sampler"] | None = None
     """Response kind tag."""
+
+
+class SaveWeightsExternalRequest(RequestModel):
+    """Save the model's weights for use elsewhere (tinker SDK ≥ 0.30): the adapter and the base
+    model with the adapter merged in, as ``tinker://<model_id>/external_weights/<path>``."""
+
+    model_id: str
+    """The model to save."""
+
+    path: str
+    """Checkpoint name (required)."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+    ttl_seconds: int | None = None
+    """Seconds until the checkpoint expires; None keeps it."""
+
+    age_encryption_recipients: list[str] | None = None
+    """age recipients to encrypt the files to (not offered: files are sealed with the
+    account's KMS key and downloaded by time-limited links)."""
+
+    type: Literal["save_weights_external"] = "save_weights_external"
+    """Request kind tag."""
 
 
 class LoadWeightsRequest(RequestModel):
