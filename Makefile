@@ -8,12 +8,17 @@ export PYTHONPATH := $(CURDIR)
 
 .PHONY: setup tinker-venv serve demo test test-fast lint format check bench bench-overhead bench-wire clean
 
-# A second client environment: the current official tinker SDK (the protobuf protocol), driven
-# by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
+# A second client environment: the current official tinker SDK (the protobuf protocol) and its
+# cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
+# torch there is the same local 2.13.0 build; the cookbook comes without its dependencies and
+# gets only what its RL recipe imports (its own list pulls gigabytes of extras).
 TINKER_VENV ?= .venv-tinker038
+COOKBOOK_DEPS := chz termcolor tml-renderers cloudpickle pillow datasets blobfile sympy \
+	pylatexenc math-verify
 $(TINKER_VENV)/.installed: Makefile
 	test -x $(TINKER_VENV)/bin/python || $(PY) -m venv $(TINKER_VENV)
-	$(TINKER_VENV)/bin/python -m pip install -q tinker==0.38.0
+	$(TINKER_VENV)/bin/python -m pip install -q tinker==0.38.0 torch==2.13.0 $(COOKBOOK_DEPS)
+	$(TINKER_VENV)/bin/python -m pip install -q --no-deps tinker-cookbook==0.5.8
 	touch $@
 
 tinker-venv: $(TINKER_VENV)/.installed ## the tinker 0.38.0 client environment for the tests

@@ -1,7 +1,7 @@
 """Time-limited download links to a checkpoint's model package (tinker SDK ≥ 0.30
-``get_external_weights_urls``): the caller is authorized when the links are made, for the
-package and its KMS key, and each link then downloads the registry's archive of it, without an
-API key, until it expires.
+``get_external_weights_urls``): the caller is authorized when the links are made
+(``sessions:GetCheckpointDownloadLinks`` on the checkpoint, ``kms:Decrypt`` on its key), and
+each link then downloads the registry's archive of it, without an API key, until it expires.
 
 ``tinker://<model>/external_weights/<name>`` (what ``save_weights_external`` answers) is the
 sampler checkpoint ``<name>`` saved with its merged model; ``sampler_weights/<name>`` and
@@ -17,7 +17,7 @@ from django.core import signing
 from django.utils import timezone
 
 from controlplane.errors import DomainError, NotFound
-from controlplane.iam.resources import model_package_arn
+from controlplane.iam.resources import checkpoint_arn
 from controlplane.registry import downloads
 from controlplane.registry.models import ModelPackage
 from controlplane.registry.selectors import package_by_path
@@ -43,9 +43,11 @@ def checkpoint_path(model_id: str, checkpoint_id: str) -> str:
 def links_issue(*, tenant: Tenant, path: str, authorize, actor: str, base_url: str) -> dict:
     """``{urls: {file: url}, expires}`` for the checkpoint at ``path``: its adapter archive, and
     its merged model when it has one. ``authorize(action, resource)`` raises if not allowed."""
-    checkpoint_by_path(tenant=tenant, tinker_path=path, field="checkpoint_id")  # 404 if not hers
+    ckpt = checkpoint_by_path(tenant=tenant, tinker_path=path, field="checkpoint_id")
+    authorize(
+        "sessions:GetCheckpointDownloadLinks", checkpoint_arn(tenant, ckpt.model_id, ckpt.name)
+    )
     package = package_by_path(tenant=tenant, path=path, field="checkpoint_id")
-    authorize("registry:DownloadModelPackage", _arn(package))
     expires = timezone.now() + timedelta(seconds=LINK_SECONDS)
     urls = {}
     for fmt, filename in _FILES.items():
@@ -79,10 +81,6 @@ def link_open(token: str) -> tuple[ModelPackage, str, str]:
     if package is None:
         raise NotFound("no such download link", field="token")
     return package, claim["f"], claim["a"]
-
-
-def _arn(package: ModelPackage) -> str:
-    return model_package_arn(package.tenant, package.group.name, package.version)
 
 
 class LinkExpired(DomainError):

@@ -29,7 +29,11 @@ def free_port() -> int:
 
 class Stack:
     def __init__(
-        self, backend: str, data_dir: Path, workers: dict[str, list[str]] | None = None
+        self,
+        backend: str,
+        data_dir: Path,
+        workers: dict[str, list[str]] | None = None,
+        ready_model: str = TINY,
     ) -> None:
         self.backend = backend
         self.data_dir = data_dir
@@ -39,6 +43,7 @@ class Stack:
         # worker name -> its extra ``workers.run`` flags; by default one on the open network
         self.workers = workers or {self.worker_name: []}
         self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
+        self.ready_model = ready_model  # up once a worker serves it
         self.procs: list[subprocess.Popen] = []
         self.log_files: list = []
         self.keys: dict[str, str] = {}
@@ -160,7 +165,7 @@ class Stack:
             subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         )
 
-    def _wait_ready(self, timeout: float = 180) -> None:
+    def _wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in self.procs:
@@ -172,7 +177,8 @@ class Stack:
                     headers={"X-API-Key": self.keys["alice"]},
                     timeout=5,
                 )
-                if r.status_code == 200 and any(m["name"] == TINY for m in r.json()["base_models"]):
+                models = r.json()["base_models"] if r.status_code == 200 else []
+                if any(m["name"] == self.ready_model for m in models):
                     return  # the worker registers once it consumes its queue
             except httpx.HTTPError:
                 pass

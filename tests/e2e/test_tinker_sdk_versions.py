@@ -188,3 +188,17 @@ def test_sessions_finish_and_search(run, pg_stack) -> None:
         headers=charlie,
     )
     assert r.status_code == 404
+
+
+def test_external_weights_download_by_link(run) -> None:
+    if "external" not in run["rest"]:
+        pytest.skip("save_weights_external came with tinker 0.30")
+    external = run["rest"]["external"]
+    assert external["path"] == f"tinker://{run['model_id']}/external_weights/exported"
+    assert set(external["urls"]) == {"adapter.tar.gz", "merged.tar.gz"}
+    for name, url in external["urls"].items():
+        r = httpx.get(url, timeout=60)  # no key: the link is the permission
+        assert r.status_code == 200, r.text
+        with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
+            files = {m.name.rsplit("/", 1)[-1] for m in tar.getmembers()}
+        assert ("adapter_config.json" if name == "adapter.tar.gz" else "config.json") in files

@@ -174,6 +174,10 @@ def main(base_url: str) -> dict:
         "checkpoints": sorted(c.tinker_path for c in ckpts.checkpoints),
         "runs": [r.training_run_id for r in done(rest.list_training_runs()).training_runs],
     }
+    if VERSION >= (0, 30):
+        exported = done(tc.save_weights_external("exported")).path
+        urls = done(rest.get_external_weights_urls(exported))
+        report["rest"]["external"] = {"path": exported, "urls": dict(urls.urls)}
     if VERSION >= (0, 38):
         page = rest.search_sessions(types.SessionSearchRequest(limit=200)).result()
         report["rest"]["searched_sessions"] = [s.session_id for s in page.sessions]
