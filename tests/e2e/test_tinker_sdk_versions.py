@@ -202,3 +202,26 @@ def test_external_weights_download_by_link(run) -> None:
         with tarfile.open(fileobj=io.BytesIO(r.content), mode="r:gz") as tar:
             files = {m.name.rsplit("/", 1)[-1] for m in tar.getmembers()}
         assert ("adapter_config.json" if name == "adapter.tar.gz" else "config.json") in files
+
+
+def test_sampling_options_of_0_34_match_plain_peft(run, reference) -> None:
+    if "rich" not in run:
+        pytest.skip("prompt_alt_tokens_k and prompt_logprobs_last_n came with tinker 0.34")
+    rich, prompt = run["rich"], run["prompt"]
+    full = reference(prompt + rich["tokens"])
+    for i, row in enumerate(rich["topk"]):  # top-k at each generated position
+        values, ids = full[len(prompt) - 1 + i].topk(3)
+        assert [t for t, _ in row] == ids.tolist()
+        np.testing.assert_allclose([v for _, v in row], values.numpy(), atol=1e-4)
+    scored = rich["prompt_logprobs"]  # only the last 3 prompt tokens were scored
+    assert scored[:-3] == [None] * (len(prompt) - 3)
+    expected = [float(full[i - 1, prompt[i]]) for i in range(len(prompt) - 3, len(prompt))]
+    np.testing.assert_allclose(scored[-3:], expected, atol=1e-4)
+    for i, (ids, got) in enumerate(
+        zip(rich["target_ids"], np.reshape(rich["target"], (-1, 2)), strict=True)
+    ):
+        for token, value in zip(ids, got, strict=True):
+            want = 0.0 if token == -1 else float(full[i, token])
+            assert value == pytest.approx(want, abs=1e-4)
+    assert rich["alt_shape"] == [len(prompt) - 1, 2]
+    assert all(0 <= t < 259 for t in rich["alt_tokens"])

@@ -154,6 +154,34 @@ def main(base_url: str) -> dict:
         for row in topk.topk_prompt_logprobs
     ]
 
+    if VERSION >= (0, 34):  # the sampling options of 0.30-0.34, through protobuf results
+        n = len(prompt)
+        target = np.full((n - 1, 2), -1, dtype=np.int64)
+        target[:, 0] = prompt[1:]
+        target[2, 1] = 65
+        rich = done(
+            sampler.sample(
+                types.ModelInput.from_ints(prompt),
+                1,
+                types.SamplingParams(max_tokens=4, temperature=1.0, seed=8, stop=[]),
+                include_prompt_logprobs=True,
+                topk_sample_logprobs=3,
+                target_prompt_logprobs=types.TensorData.from_numpy(target),
+                prompt_alt_tokens_k=2,
+                prompt_logprobs_last_n=3,
+            )
+        )
+        seq = rich.sequences[0]
+        report["rich"] = {
+            "tokens": list(seq.tokens),
+            "topk": [[[int(t), float(v)] for t, v in row] for row in seq.topk_logprobs],
+            "prompt_logprobs": list(rich.prompt_logprobs),
+            "target": np.asarray(rich.target_prompt_logprobs.data).tolist(),
+            "target_ids": target.tolist(),
+            "alt_tokens": np.asarray(rich.prompt_alt_tokens.tokens.data).tolist(),
+            "alt_shape": list(rich.prompt_alt_tokens.tokens.shape),
+        }
+
     # resume: the training state, with its optimizer, continues exactly where it was
     state = done(tc.save_state("resume-point")).path
     resumed = service.create_training_client_from_state_with_optimizer(state)

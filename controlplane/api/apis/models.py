@@ -20,7 +20,6 @@ from controlplane.registry.download_response import package_download_response
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
 from controlplane.training_sessions.services import submit
-from controlplane.training_sessions.services.optimizers import optimizer_config
 from loopwright.types import (
     CreateModelRequest,
     GetInfoRequest,
@@ -54,7 +53,6 @@ def create_model(request: Request) -> Response:
         model_arn(tenant_of(request), "*"),
         **{"sessions:BaseModel": req.base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
     )
-    optimizer_config(req.optimizer_config)  # AdamW (the default) is the optimizer offered
     op = submit.model_create(
         tenant=tenant_of(request),
         session_id=req.session_id,

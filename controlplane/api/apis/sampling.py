@@ -35,7 +35,8 @@ def create_sampling_session(request: Request) -> Response:
 
 @api_view(["POST"])
 def asample(request: Request) -> Response:
-    body, extra = sample_options(body_object(request))
+    body = body_object(request)
+    sample_options(body)
     req = SampleRequest.model_validate(body)
     if not req.sampling_session_id:
         raise SessionError(
@@ -43,7 +44,6 @@ def asample(request: Request) -> Response:
             field="sampling_session_id",
         )
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
-    payload.update(extra)
     with audited_transaction():  # the audit row and the operation: one commit
         allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
         op = submit.sample_submit(

@@ -19,7 +19,6 @@ from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
 from controlplane.training_sessions.services import checkpoint_plans, step_submit, submit
-from controlplane.training_sessions.services.optimizers import optimizer_config
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -152,26 +151,13 @@ def _submit(request: Request, req, kind: str, plan=None) -> Response:
     return future(request, op, req.model_id)
 
 
-def _batch_loss(request: Request, key: str) -> None:
-    """Losses the client defines on the server (``loss_fn="custom"``) are not offered."""
-    batch = request.data.get(key) if isinstance(request.data, dict) else None
-    if isinstance(batch, dict) and batch.get("loss_fn") == "custom":
-        raise SessionError(
-            "loss_fn 'custom': losses defined on the server (create_custom_loss) are not "
-            "offered here; forward_backward_custom runs your loss in the client",
-            field=f"{key}.loss_fn",
-        )
-
-
 @sequenced(Operation.Kind.FORWARD)
 def _forward(request: Request) -> Response:
-    _batch_loss(request, "forward_input")
     return _submit(request, parse(request, ForwardRequest), Operation.Kind.FORWARD)
 
 
 @sequenced(Operation.Kind.FORWARD_BACKWARD)
 def _forward_backward(request: Request) -> Response:
-    _batch_loss(request, "forward_backward_input")
     return _submit(request, parse(request, ForwardBackwardRequest), Operation.Kind.FORWARD_BACKWARD)
 
 
@@ -252,7 +238,6 @@ def save_weights_for_sampler(request: Request) -> Response:
 @sequenced(Operation.Kind.LOAD_WEIGHTS)
 def load_weights(request: Request) -> Response:
     req = parse(request, LoadWeightsRequest)
-    optimizer_config(req.optimizer_config)
     if req.model_id is None:
         return _load_new_model(request, req)
     plan = checkpoint_plans.load_plan(

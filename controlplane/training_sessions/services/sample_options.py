@@ -1,12 +1,10 @@
 """The sampling options tinker SDK 0.30–0.38 added to ``asample`` (top-k of sampled tokens,
 logprobs of chosen prompt tokens, draws at prompt positions, scoring only the prompt's tail):
-checked against the prompt and the service's limits before the request is taken, and passed
-to the worker in the operation's payload under their wire names.
+checked against the prompt and the service's limits before the request is taken (a 400 naming
+the option), then passed to the worker in the operation's payload under their wire names.
 
-An option the wire type ``SampleRequest`` does not declare yet is taken out of the body here
-(so the rest still validates as before) and refused when set, naming it, unless the worker
-already serves it under another name (``topk_sample_logprobs`` is its ``topk_logprobs``): a
-server that ignored one would hand the client silently wrong results.
+The wire type ``SampleRequest`` checks their types; the worker checks them again against the
+model (its vocabulary, its context).
 """
 
 from __future__ import annotations
@@ -16,23 +14,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from controlplane.errors import DomainError
-from loopwright.types import SampleRequest, TensorData
+from loopwright.types import TensorData
 
-__all__ = ["LIMITS", "NEW_OPTIONS", "sample_options"]
+__all__ = ["LIMITS", "sample_options"]
 
 LIMITS = {"topk_sample_logprobs": 20, "prompt_alt_tokens_k": 64, "target_prompt_logprobs": 64}
-"""Most tokens per position each option may ask for (the worker's own caps)."""
-
-NEW_OPTIONS = {
-    "topk_sample_logprobs": 0,
-    "target_prompt_logprobs": None,
-    "prompt_alt_tokens_k": 0,
-    "prompt_logprobs_last_n": None,
-    "record_stability_info": None,
-}
-"""The options and the value that asks for nothing."""
-
-_WORKER_NAMES = {"topk_sample_logprobs": "topk_logprobs"}
+"""Most tokens per position each option may ask for (the worker also bounds len(prompt) × k)."""
 
 
 class OptionError(DomainError):
@@ -116,19 +103,7 @@ def _check_target(value: Any, scored: int | None) -> None:
         raise OptionError(f"{field}: token ids, or -1 for an empty cell", field=field)
 
 
-def sample_options(body: dict) -> tuple[dict, dict]:
-    """``body`` split into what ``SampleRequest`` validates and the payload entries of the
-    options it does not declare yet; a 400 naming the option for a bad value or limit."""
+def sample_options(body: dict) -> None:
+    """Check ``body``'s sampling options against the prompt and the limits; a 400 naming the
+    option otherwise."""
     _check(body)
-    rest, extra = dict(body), {}
-    for name, nothing in NEW_OPTIONS.items():
-        if name in SampleRequest.model_fields or name not in rest:
-            continue
-        value = rest.pop(name)
-        if value in (nothing, False, 0, None):
-            continue
-        if name in _WORKER_NAMES:
-            extra[_WORKER_NAMES[name]] = value
-            continue
-        raise OptionError(f"{name}: not offered by this server yet", field=name)
-    return rest, extra
