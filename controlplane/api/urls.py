@@ -39,6 +39,7 @@ urlpatterns = [
     path("unload_model", models.unload_model),
     path("weights_info", models.weights_info),
     path("training_runs", models.training_runs),
+    path("checkpoints/search", models.checkpoint_search),
     path("training_runs/<str:model_id>", models.training_run),
     path("training_runs/<str:model_id>/checkpoints", models.training_run_checkpoints),
     path(

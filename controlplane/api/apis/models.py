@@ -27,9 +27,11 @@ from loopwright.types import (
     WeightsInfoRequest,
 )
 
+from .. import checkpoint_search as checkpoint_searching
 from .. import external_weights
 from ..answers import future
-from ..parsing import allow, parse, principal_of, query_int, tenant_of
+from ..checkpoint_search import CheckpointSearchQuery
+from ..parsing import allow, body_object, parse, principal_of, query_int, tenant_of
 from .registry import GzipOrJSON
 
 
@@ -223,4 +225,28 @@ def signed_download(request: Request, token: str) -> StreamingHttpResponse:
         field="token",
         authorize=lambda action, resource: None,  # authorized (and audited) when issued
         actor=actor,
+    )
+
+
+@api_view(["POST"])
+def checkpoint_search(request: Request) -> Response:
+    """The account's checkpoints, newest first, by kind, base model and save metadata (tinker's
+    ``search_checkpoints``)."""
+    query = CheckpointSearchQuery.model_validate(body_object(request))
+    tenant = tenant_of(request)
+    allow(request, "sessions:ListCheckpoints", session_arn(tenant, "*"))
+    page, metadata, cursor = checkpoint_searching.checkpoint_search(tenant=tenant, query=query)
+    return Response(
+        {
+            "checkpoints": [
+                {
+                    **checkpoint_json(c),
+                    "training_run_id": c.model_id,
+                    "base_model": c.base_model,
+                    "user_metadata": metadata.get(c.tinker_path) or None,
+                }
+                for c in page
+            ],
+            "next_cursor": cursor,
+        }
     )
