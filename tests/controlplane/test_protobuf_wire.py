@@ -286,3 +286,19 @@ def test_inputs_of_another_length_fail_the_future_as_the_callers_and_the_model_g
     assert failed["category"] == "user" and "weights" in failed["error"]
     r = post_proto(alice, encode_forward_backward(model, 2, batch()))
     assert "metrics" in result(alice, runtime, r.json())
+
+
+def test_a_protobuf_only_caller_that_prefers_to_wait_gets_the_handle_alone(alice, runtime, model):
+    body = encode_forward_backward(model, 1, batch())
+    r = alice.client.post(
+        "/api/v1/forward_backward",
+        body,
+        content_type=PROTO,
+        HTTP_CONTENT_ENCODING="zstd",
+        HTTP_PREFER="wait=5",
+        HTTP_ACCEPT=PROTO,
+    )
+    assert r.status_code == 200 and r["Content-Type"].startswith("application/json")
+    fut = r.json()  # not NDJSON: the outcome is retrieved, as protobuf
+    out = pb.ForwardBackwardOutput.FromString(retrieve_proto(alice, runtime, fut).content)
+    assert out.metrics["loss:sum"] > 0

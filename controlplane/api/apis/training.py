@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from pydantic import ValidationError
-from rest_framework.decorators import api_view, parser_classes
+from rest_framework.decorators import api_view, content_negotiation_class, parser_classes
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -31,6 +31,7 @@ from loopwright.types import (
 
 from .. import answers
 from ..answers import future
+from ..negotiation import AlwaysJSON
 from ..parsing import allow, parse, tenant_of
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
@@ -168,6 +169,7 @@ def forward(request: Request) -> Response:
 
 @api_view(["POST"])
 @parser_classes([JSONParser, ProtobufParser, ProtobufAliasParser])
+@content_negotiation_class(AlwaysJSON)  # a protobuf client's Accept is answered, never a 406
 def forward_backward(request: Request) -> Response:
     """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
     ``forward_only`` is a forward: it runs as one and never touches gradients."""
