@@ -6,7 +6,22 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup serve demo test test-fast lint format check bench bench-overhead bench-failover clean
+.PHONY: setup tinker-venv serve demo test test-fast lint format check bench bench-overhead bench-wire bench-failover clean
+
+# A second client environment: the current official tinker SDK (the protobuf protocol) and its
+# cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
+# torch there is the same local 2.13.0 build; the cookbook comes without its dependencies and
+# gets only what its RL recipe imports (its own list pulls gigabytes of extras).
+TINKER_VENV ?= .venv-tinker038
+COOKBOOK_DEPS := chz termcolor tml-renderers cloudpickle pillow datasets blobfile sympy \
+	pylatexenc math-verify
+$(TINKER_VENV)/.installed: Makefile
+	test -x $(TINKER_VENV)/bin/python || $(PY) -m venv $(TINKER_VENV)
+	$(TINKER_VENV)/bin/python -m pip install -q tinker==0.38.0 torch==2.13.0 $(COOKBOOK_DEPS)
+	$(TINKER_VENV)/bin/python -m pip install -q --no-deps tinker-cookbook==0.5.8
+	touch $@
+
+tinker-venv: $(TINKER_VENV)/.installed ## the tinker 0.38.0 client environment for the tests
 
 # The stamp is rebuilt when the dependency lists change.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
@@ -25,10 +40,10 @@ serve: setup ## the service on the embedded default: http://127.0.0.1:8000, API 
 demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU, no services)
 	$(BIN)/python -m workers.engine.demo
 
-test: setup ## the whole test suite
+test: setup tinker-venv ## the whole test suite
 	$(BIN)/python -m pytest
 
-test-fast: setup ## tests without the slow ones
+test-fast: setup tinker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"
 
 lint: setup
@@ -51,5 +66,8 @@ bench-overhead: setup ## SDK round trip through control plane, Redis and worker 
 bench-failover: setup ## time from kill -9 to the next completion; snapshots on vs off
 	$(BIN)/python -m bench.failover_bench
 
+bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd protobuf: bytes, encode + decode
+	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache

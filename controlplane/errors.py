@@ -60,3 +60,10 @@ class BudgetExhausted(DomainError):
 
     status = 402
     code = "budget_exhausted"
+
+
+class PayloadTooLarge(DomainError):
+    """A request body (or what it decompresses to) is over the size limit, which it names."""
+
+    status = 413
+    code = "payload_too_large"

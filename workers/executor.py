@@ -66,7 +66,9 @@ def run_training(
             train_unembed=bool(lora.get("train_unembed", True)),
         )
         host.create_adapter(adapter, cfg)
-        return {"model_id": adapter}
+        if "load" not in plan:
+            return {"model_id": adapter}
+        kind = "load_weights"  # a model made by load_weights: the checkpoint goes in at once
     if kind == "forward":
         out = host.forward(adapter, ForwardBackwardInput.model_validate(payload["forward_input"]))
         return out.model_dump(mode="json")

@@ -6,7 +6,9 @@ A streamed submit is NDJSON: the handle's line is sent as soon as the operation 
 (so the client can send its next request), then the line that ``retrieve_future`` would have
 answered, once the operation finishes or ``N`` seconds pass (a ``try_again`` line, after which
 the client long-polls as usual). It saves the client a ``retrieve_future`` request per
-operation; the official tinker SDK never asks and gets the plain handle.
+operation; the official tinker SDK never asks and gets the plain handle. The lines are JSON:
+a caller that accepts only protobuf results (``Accept``) gets the handle alone and retrieves
+the outcome with ``retrieve_future``, which answers protobuf.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from controlplane.training_sessions import notify, selectors
 from controlplane.training_sessions.models import Operation
 from loopwright.types import UntypedAPIFuture
 
+from .negotiation import accepts_json
 from .parsing import public
 
 CONTENT_TYPE = "application/x-ndjson"
@@ -34,16 +37,42 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*\"?(\d+(?:\.\d+)?)\"?", re.IGNORECAS
 
 
 def handle_body(op: Operation, model_id: str | None = None) -> dict:
-    return UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(
+    body = UntypedAPIFuture(request_id=op.id, model_id=model_id).model_dump(
         mode="json", exclude_none=True
     )
+    if op.kind == Operation.Kind.SAMPLE:
+        body["sample_sequence_ids"] = sample_sequence_ids(op)
+    return body
+
+
+def sample_sequence_ids(op: Operation) -> list[str]:
+    """The ids of a sample operation's sequences: stable (a retried request gets its operation
+    back, so the same ids) and unique in the tenant (the operation's id is)."""
+    count = int((op.payload or {}).get("num_samples") or 1)
+    return [f"{op.id}:{i}" for i in range(count)]
+
+
+def result_body(op: Operation) -> dict:
+    """A finished operation's JSON result; a sample's sequences carry their ``sequence_id``."""
+    body = public(op.result)
+    if (op.payload or {}).get("external") and isinstance(body.get("path"), str):
+        # save_weights_external: the sampler checkpoint, named as tinker names these
+        body["path"] = body["path"].replace("/sampler_weights/", "/external_weights/", 1)
+        body["type"] = "save_weights_external"
+    if op.kind == Operation.Kind.SAMPLE and isinstance(body.get("sequences"), list):
+        ids = sample_sequence_ids(op)
+        body["sequences"] = [
+            {**seq, "sequence_id": ids[i]} if i < len(ids) and isinstance(seq, dict) else seq
+            for i, seq in enumerate(body["sequences"])
+        ]
+    return body
 
 
 def finished_body(op: Operation) -> tuple[dict, int]:
     """The answer for ``op`` as it stands: its result (200), its error (200 ``{error,
     category}``) or, still pending, a try-again naming how it waits (408)."""
     if op.status == Operation.Status.DONE:
-        return public(op.result), 200
+        return result_body(op), 200
     if op.status == Operation.Status.FAILED:
         body = {"error": op.error, "category": op.error_category or "server"}
         if op.result:  # e.g. a model lost for good: ``code`` and where it can resume from
@@ -85,7 +114,7 @@ def future(
     and may retrieve the future (else it gets the handle alone and polls, as tinker does)."""
     body = handle_body(op, model_id)
     wait = wait_preference(request)
-    if wait is None or not _may_retrieve(request, op):
+    if wait is None or not accepts_json(request) or not _may_retrieve(request, op):
         forget(op.pk, waiter)
         return Response(body)
     response = StreamingHttpResponse(_lines(op, body, wait, waiter), content_type=CONTENT_TYPE)

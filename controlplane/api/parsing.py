@@ -11,11 +11,16 @@ from rest_framework.request import Request
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(request: Request, model: type[M]) -> M:
+def body_object(request: Request) -> dict:
+    """The request body, which must be a JSON object."""
     data = request.data
     if not isinstance(data, dict):
         raise ParseError("the request body must be a JSON object")
-    return model.model_validate(data)
+    return data
+
+
+def parse(request: Request, model: type[M]) -> M:
+    return model.model_validate(body_object(request))
 
 
 def tenant_of(request: Request):

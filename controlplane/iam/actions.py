@@ -46,6 +46,11 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ("RetrieveFuture", "session", "Fetch the result of a queued request of a session"),
         ("ListCheckpoints", "session", "List a training session's checkpoints"),
         ("DeleteCheckpoint", "checkpoint", "Delete a checkpoint"),
+        (
+            "GetCheckpointDownloadLinks",
+            "checkpoint",
+            "Make time-limited download links to a checkpoint's files",
+        ),
         ("ListBaseModels", "*", "List the base models that can be trained"),
         ("CreateChatCompletion", "checkpoint", "Chat completion on a checkpoint's sampler weights"),
     ],

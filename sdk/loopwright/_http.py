@@ -141,6 +141,15 @@ def resolve_base_url(base_url: str | None) -> str:
     return root.rstrip("/")
 
 
+@dataclass(frozen=True)
+class RawBody:
+    """A request body sent as these bytes with these headers (e.g. a protobuf
+    forward_backward), instead of JSON."""
+
+    content: bytes
+    headers: dict[str, str]
+
+
 class HTTPClient:
     """JSON requests to ``{base_url}/api/v1/`` with the API key, timeouts and retries.
 
@@ -217,7 +226,15 @@ class HTTPClient:
     @staticmethod
     def _encode(body: Any) -> bytes | None:
         # Encoded once, so every retry carries byte-identical content (idempotent by seq_id).
+        if isinstance(body, RawBody):
+            return body.content
         return None if body is None else json.dumps(body).encode()
+
+    @staticmethod
+    def _content_headers(body: Any, content: bytes | None) -> dict[str, str]:
+        if isinstance(body, RawBody):
+            return dict(body.headers)
+        return {"Content-Type": "application/json"} if content is not None else {}
 
     def request(
         self,
@@ -234,7 +251,7 @@ class HTTPClient:
         if self._closed:
             raise LoopwrightError("this client is closed")
         content = self._encode(body)
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        headers = self._content_headers(body, content) or None
         attempts = _Attempts(self.retry, retry)
         while True:
             try:
@@ -315,9 +332,7 @@ class HTTPClient:
     ) -> httpx.Response:
         client = self._aclient(pool)
         content = self._encode(body)
-        sent = dict(headers or {})
-        if content is not None:
-            sent.setdefault("Content-Type", "application/json")
+        sent = {**self._content_headers(body, content), **(headers or {})}
         attempts = _Attempts(self.retry, retry)
         request_timeout = (
             httpx.Timeout(timeout, pool=None) if timeout is not None else httpx.USE_CLIENT_DEFAULT

@@ -6,6 +6,7 @@ It turns a request body into an APIFuture (send, then poll) and tears everything
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -15,8 +16,9 @@ from ._http import HTTPClient
 from ._loop import EventLoopThread
 from ._ordering import Ticket
 from ._session import Heartbeat
-from .errors import APIResponseValidationError
+from .errors import APIResponseValidationError, APIStatusError
 from .futures import APIFuture, Submitted, await_future, send_request
+from .types import ClientConfigResponse
 
 __all__ = ["Runtime", "wire"]
 
@@ -33,10 +35,27 @@ def wire(model: BaseModel) -> dict[str, Any]:
 class Runtime:
     """Owns the HTTP client, the event loop thread and the heartbeat thread."""
 
-    def __init__(self, http: HTTPClient, heartbeat_interval: float) -> None:
+    def __init__(self, http: HTTPClient, heartbeat_interval: float, sdk_version: str = "") -> None:
         self.http = http
         self.loop = EventLoopThread()
         self.heartbeat = Heartbeat(http, heartbeat_interval)
+        self._sdk_version = sdk_version
+        self._config: ClientConfigResponse | None = None
+        self._config_lock = threading.Lock()
+
+    def client_config(self) -> ClientConfigResponse:
+        """The server's flags for this client (``client/config``), asked once. A server that
+        does not answer them (an older one) gets the defaults: JSON forward_backward."""
+        with self._config_lock:
+            if self._config is None:
+                try:
+                    answer = self.http.request(
+                        "POST", "client/config", body={"sdk_version": self._sdk_version}
+                    ).json()
+                    self._config = ClientConfigResponse.model_validate(answer)
+                except (APIStatusError, APIResponseValidationError, ValidationError, ValueError):
+                    self._config = ClientConfigResponse()
+            return self._config
 
     def get(self, path: str, cls: type[M], params: dict[str, str] | None = None) -> M:
         """GET a resource from the calling thread."""

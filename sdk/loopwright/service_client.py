@@ -87,7 +87,7 @@ class ServiceClient:
             transport=transport,
             user_agent=f"loopwright-python/{_sdk_version()}",
         )
-        self._runtime = Runtime(http, heartbeat_interval)
+        self._runtime = Runtime(http, heartbeat_interval, _sdk_version())
         self.region = region
         """Accepted for the published examples; a Loopwright server serves one region."""
         self._settings: dict[str, Any] = {

@@ -13,14 +13,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _custom_loss
 from ._chunking import merge_outputs, split_chunks
+from ._http import RawBody
 from ._ordering import SeqOrder
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
 from ._tokenizer import load_tokenizer
 from .futures import APIFuture, CombinedAPIFuture
+from .proto.fwdbwd import encode_forward_backward
 from .sampling_client import SamplingClient, open_sampling_session
 from .types import (
     AdamParams,
+    ClientConfigResponse,
     Datum,
     ForwardBackwardInput,
     ForwardBackwardOutput,
@@ -51,6 +54,13 @@ T = TypeVar("T")
 
 def _first(results: list[T]) -> T:
     return results[0]
+
+
+def _protobuf(config: ClientConfigResponse, path: str) -> bool:
+    """Whether ``path`` ("forward" or "forward_backward") goes as a protobuf forward_backward:
+    when the server takes protobuf bodies (and, for a forward, takes it as forward_only)."""
+    takes = config.proto_compress_fwdbwd or config.proto_write_fwdbwd
+    return takes and (path == "forward_backward" or config.fwd_via_fwdbwd)
 
 
 def check_training_path(path: str) -> None:
@@ -136,6 +146,33 @@ class TrainingClient:
             ForwardBackwardInput(data=chunk, loss_fn=loss_fn, loss_fn_config=loss_fn_config)
             for chunk in split_chunks(data)
         ]
+
+        config = self._runtime.client_config()
+        if _protobuf(config, path):
+            # A server that takes protobuf gets it (forward as forward_only), zstd when it asks.
+            compress, forward_only = config.proto_compress_fwdbwd, path == "forward"
+            headers = {"Content-Type": "application/x-protobuf"}
+            if compress:
+                headers["Content-Encoding"] = "zstd"
+
+            def encoded(seq_ids: list[int]) -> list[Any]:
+                return [
+                    RawBody(
+                        encode_forward_backward(
+                            self.model_id, s, i, forward_only=forward_only, compress=compress
+                        ),
+                        headers,
+                    )
+                    for i, s in zip(inputs, seq_ids, strict=True)
+                ]
+
+            return self._ordered(
+                "forward_backward",
+                encoded,
+                len(inputs),
+                ForwardBackwardOutput.model_validate,
+                merge_outputs,
+            )
 
         # The body of ForwardRequest / ForwardBackwardRequest, without revalidating the batch.
         key = "forward_input" if path == "forward" else "forward_backward_input"

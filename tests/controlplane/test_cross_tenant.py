@@ -21,6 +21,11 @@ pytestmark = pytest.mark.django_db
 NOT_TENANT_SCOPED = {
     "healthz": "public",
     "client/config": "service-wide",
+    "client/dynamic_config": "service-wide",
+    "sessions/search": "search of the caller's own account: leaks checked in test_session_reports",
+    "checkpoints/search": "search of the caller's own account: test_checkpoint_search",
+    "registry/signed-downloads/<str:token>": "a bearer link made for alice; forged: 404 "
+    "(test_external_weights)",
     "get_server_capabilities": "service-wide",
     "telemetry": "write-only",
     "base_models": "service-wide catalogue",
@@ -97,6 +102,24 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
         "sessions/<str:session_id>": [("get", f"sessions/{s}", None)],
         "sessions/<str:session_id>/stop": [("post", f"sessions/{s}/stop", {})],
         "sessions/<str:session_id>/usage": [("get", f"sessions/{s}/usage", None)],
+        "sessions/<str:session_id>/finish": [
+            ("post", f"sessions/{s}/finish", {"reason": {"type": "success"}})
+        ],
+        "save_weights_external": [
+            ("post", "save_weights_external", {"model_id": m, "seq_id": 2, "path": "x"})
+        ],
+        "training_runs/<str:model_id>/checkpoints/<path:checkpoint_id>/external_weights_urls": [
+            (
+                "get",
+                f"training_runs/{m}/checkpoints/sampler_weights/s1/external_weights_urls",
+                None,
+            ),
+            (
+                "get",
+                f"training_runs/{m}/checkpoints/external_weights/s1/external_weights_urls",
+                None,
+            ),
+        ],
         "create_model": [
             ("post", "create_model", {"session_id": s, "model_seq_id": 5, "base_model": TINY})
         ],

@@ -33,12 +33,14 @@ class Stack:
         backend: str,
         data_dir: Path,
         workers: dict[str, list[str]] | None = None,
+        ready_model: str = TINY,
         *,
         env: dict[str, str] | None = None,
         pg_admin: str = PG_ADMIN,
     ) -> None:
-        """``env``: settings for every process (e.g. a short worker lease); ``pg_admin``: the
-        PostgreSQL server to make the stack's database on (default: the machine's)."""
+        """``ready_model``: up once a worker serves it; ``env``: settings for every process
+        (e.g. a short worker lease); ``pg_admin``: the PostgreSQL server to make the stack's
+        database on (default: the machine's)."""
         self.backend = backend
         self.data_dir = data_dir
         self.port = free_port()
@@ -47,6 +49,7 @@ class Stack:
         # worker name -> its extra ``workers.run`` flags; by default one on the open network
         self.workers = workers or {self.worker_name: []}
         self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
+        self.ready_model = ready_model  # up once a worker serves it
         self.procs: list[subprocess.Popen] = []
         self.worker_procs: dict[str, subprocess.Popen] = {}
         self.http_proc: subprocess.Popen | None = None
@@ -210,7 +213,7 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def _wait_ready(self, timeout: float = 180) -> None:
+    def _wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for p in [self.http_proc, *self.worker_procs.values()]:
@@ -222,7 +225,8 @@ class Stack:
                     headers={"X-API-Key": self.keys["alice"]},
                     timeout=5,
                 )
-                if r.status_code == 200 and any(m["name"] == TINY for m in r.json()["base_models"]):
+                models = r.json()["base_models"] if r.status_code == 200 else []
+                if any(m["name"] == self.ready_model for m in models):
                     return  # the worker registers once it consumes its queue
             except httpx.HTTPError:
                 pass

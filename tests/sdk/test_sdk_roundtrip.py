@@ -146,6 +146,12 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "SaveWeightsRequest": {"model_id": "m1", "seq_id": 4, "path": "step-1"},
     "SaveWeightsResponse": {"path": "tinker://m1/weights/step-1"},
     "SaveWeightsForSamplerRequest": {"model_id": "m1", "seq_id": 5, "path": "s1"},
+    "SaveWeightsExternalRequest": {
+        "model_id": "m1",
+        "seq_id": 6,
+        "path": "e1",
+        "ttl_seconds": 3600,
+    },
     "SaveWeightsForSamplerResponse": {"path": "tinker://m1/sampler_weights/s1"},
     "SaveWeightsForSamplerResponseInternal": {"sampling_session_id": "s2"},
     "LoadWeightsRequest": {
@@ -168,6 +174,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "ClientConfigRequest": {"sdk_version": "0.24.1"},
     "ClientConfigResponse": {"use_pyqwest_transport": False},
+    "ClientDynamicConfigResponse": {"refresh_interval_sec": 300, "sample_cancel_enabled": False},
     "Cursor": {"offset": 0, "limit": 20, "total_count": 0},
     "Checkpoint": CHECKPOINT,
     "CheckpointsListResponse": {"checkpoints": [CHECKPOINT]},

@@ -126,6 +126,24 @@ EXTRA_FIELDS = {
     ("SampleResponse", "target_prompt_logprobs"),
     ("SampleResponse", "prompt_alt_tokens"),
     ("SampledSequence", "topk_logprobs"),
+    # what tinker 0.25–0.38 added (driven against the server by tests/e2e with 0.38.0)
+    ("CreateSessionRequest", "display_name"),
+    ("LoadWeightsRequest", "optimizer_config"),
+    ("SaveWeightsRequest", "user_metadata"),
+    ("SaveWeightsForSamplerRequest", "kind"),
+    ("SaveWeightsForSamplerRequest", "user_metadata"),
+    ("UntypedAPIFuture", "sample_sequence_ids"),
+    *(
+        ("ClientConfigResponse", name)
+        for name in (
+            "fwdbwd_max_chunk_len",
+            "fwdbwd_max_chunk_bytes_count",
+            "fwdbwd_dispatch_bytes_semaphore_size",
+            "sample_use_retrieve_futures",
+            "custom_loss_server_side",
+            "sample_join_sampling_session",
+        )
+    ),
     *(
         ("CreateSessionRequest", name)
         for name in (

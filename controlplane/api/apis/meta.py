@@ -12,6 +12,7 @@ from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions.errors import NotFound
 from loopwright.types import (
     ClientConfigResponse,
+    ClientDynamicConfigResponse,
     GetServerCapabilitiesResponse,
     HealthResponse,
     SupportedModel,
@@ -27,10 +28,23 @@ def healthz(request: Request) -> Response:
     return Response(HealthResponse(status="ok").model_dump(mode="json"))
 
 
+# What every client is told. SDK 0.18–0.24 keep sending JSON (proto_write_fwdbwd stays off);
+# SDK ≥ 0.25 and ours send forward_backward as zstd-compressed protobuf, forward included.
+CLIENT_CONFIG = ClientConfigResponse(
+    use_pyqwest_transport=False, proto_compress_fwdbwd=True, fwd_via_fwdbwd=True
+).model_dump(mode="json")
+
+
 @api_view(["POST"])
 def client_config(request: Request) -> Response:
-    # The official SDK asks first; protobuf transports stay off (JSON protocol).
-    return Response(ClientConfigResponse(use_pyqwest_transport=False).model_dump(mode="json"))
+    """The official SDK asks first (a 404 breaks SDK 0.18–0.24); so does ours."""
+    return Response(CLIENT_CONFIG)
+
+
+@api_view(["POST"])
+def client_dynamic_config(request: Request) -> Response:
+    """Flags SDK ≥ 0.25 re-fetch in the background: sample cancellation stays off."""
+    return Response(ClientDynamicConfigResponse().model_dump(mode="json"))
 
 
 @api_view(["GET"])

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from rest_framework.decorators import api_view
+from django.http import StreamingHttpResponse
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    content_negotiation_class,
+    permission_classes,
+    throttle_classes,
+)
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.fleet.selectors import base_model_get
 from controlplane.iam.resources import model_arn, session_arn
+from controlplane.registry.download_response import package_download_response
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
 from controlplane.training_sessions.services import submit
@@ -18,8 +27,12 @@ from loopwright.types import (
     WeightsInfoRequest,
 )
 
+from .. import checkpoint_search as checkpoint_searching
+from .. import external_weights
 from ..answers import future
-from ..parsing import allow, parse, query_int, tenant_of
+from ..checkpoint_search import CheckpointSearchQuery
+from ..parsing import allow, body_object, parse, principal_of, query_int, tenant_of
+from .registry import GzipOrJSON
 
 
 def placement_json(m: TrainingModel) -> dict:
@@ -175,5 +188,65 @@ def training_run_checkpoints(request: Request, model_id: str) -> Response:
             "checkpoints": [
                 checkpoint_json(c) for c in selectors.checkpoint_list(tenant=tenant, model=model)
             ]
+        }
+    )
+
+
+@api_view(["GET"])
+def external_weights_urls(request: Request, model_id: str, checkpoint_id: str) -> Response:
+    """Time-limited download links to a checkpoint's files (tinker ``get_external_weights_urls``):
+    ``{urls: {file: url}, expires}``, authorized now, usable without a key until they expire."""
+    tenant = tenant_of(request)
+    path = external_weights.checkpoint_path(model_id, checkpoint_id)
+    return Response(
+        external_weights.links_issue(
+            tenant=tenant,
+            path=path,
+            authorize=lambda action, resource: allow(request, action, resource),
+            actor=principal_of(request).arn,
+            base_url=request.build_absolute_uri("/").rstrip("/"),
+        )
+    )
+
+
+@api_view(["GET"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+@throttle_classes([])
+@content_negotiation_class(GzipOrJSON)
+def signed_download(request: Request, token: str) -> StreamingHttpResponse:
+    """What a link of ``external_weights_urls`` downloads: the registry's archive of the package
+    (adapter or merged), as its issuer was allowed when the link was made."""
+    package, fmt, actor = external_weights.link_open(token)
+    return package_download_response(
+        package=package,
+        format=fmt,
+        include_optimizer=False,
+        field="token",
+        authorize=lambda action, resource: None,  # authorized (and audited) when issued
+        actor=actor,
+    )
+
+
+@api_view(["POST"])
+def checkpoint_search(request: Request) -> Response:
+    """The account's checkpoints, newest first, by kind, base model and save metadata (tinker's
+    ``search_checkpoints``)."""
+    query = CheckpointSearchQuery.model_validate(body_object(request))
+    tenant = tenant_of(request)
+    allow(request, "sessions:ListCheckpoints", session_arn(tenant, "*"))
+    page, metadata, cursor = checkpoint_searching.checkpoint_search(tenant=tenant, query=query)
+    return Response(
+        {
+            "checkpoints": [
+                {
+                    **checkpoint_json(c),
+                    "training_run_id": c.model_id,
+                    "base_model": c.base_model,
+                    "user_metadata": metadata.get(c.tinker_path) or None,
+                }
+                for c in page
+            ],
+            "next_cursor": cursor,
         }
     )

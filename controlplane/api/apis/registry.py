@@ -236,7 +236,7 @@ def version_by_path(request: Request) -> Response:
 
 
 # -- downloads ---------------------------------------------------------------------------------
-class _AnyAccept(BaseContentNegotiation):
+class GzipOrJSON(BaseContentNegotiation):
     """Downloads answer gzip (errors JSON) whatever the client accepts; their ``format`` query
     parameter names what the archive holds, not a renderer."""
 
@@ -250,7 +250,7 @@ class _AnyAccept(BaseContentNegotiation):
 
 
 def _download_view(func: Callable) -> Callable:
-    func.content_negotiation_class = _AnyAccept  # type: ignore[attr-defined]
+    func.content_negotiation_class = GzipOrJSON  # type: ignore[attr-defined]
     return api_view(["GET"])(func)
 
 

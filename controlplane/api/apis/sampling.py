@@ -11,10 +11,11 @@ from controlplane.iam.resources import sampler_arn
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.services import submit
+from controlplane.training_sessions.services.sample_options import sample_options
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
 from ..answers import future
-from ..parsing import allow, parse, tenant_of
+from ..parsing import allow, body_object, parse, tenant_of
 
 
 @api_view(["POST"])
@@ -34,7 +35,9 @@ def create_sampling_session(request: Request) -> Response:
 
 @api_view(["POST"])
 def asample(request: Request) -> Response:
-    req = parse(request, SampleRequest)
+    body = body_object(request)
+    sample_options(body)
+    req = SampleRequest.model_validate(body)
     if not req.sampling_session_id:
         raise SessionError(
             "sampling_session_id is required (create a sampling session first)",

@@ -6,6 +6,8 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.audit.services import audited_transaction
+from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_resolve
@@ -14,7 +16,9 @@ from controlplane.training_sessions.models import Recovery, Session, TrainingMod
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
-from ..parsing import allow, parse, principal_of, query_int, tenant_of
+from .. import session_reports
+from ..parsing import allow, body_object, body_of, parse, principal_of, query_int, tenant_of, text
+from ..session_queries import SessionSearchQuery
 from .models import placement_json
 
 
@@ -90,7 +94,7 @@ def create_session(request: Request) -> Response:
     platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     session = services.session_create(
         tenant=tenant,
-        name=req.name or "",
+        name=req.name or req.display_name or "",
         tags=req.tags,
         user_metadata=req.user_metadata,
         sdk_version=req.sdk_version,
@@ -126,8 +130,38 @@ def session_list(request: Request) -> Response:
 @api_view(["GET"])
 def session_detail(request: Request, session_id: str) -> Response:
     allow(request, "sessions:DescribeTrainingSession", session_arn(tenant_of(request), session_id))
+    session = selectors.session_get(tenant=tenant_of(request), session_id=session_id)
+    return Response({**session_json(session), **session_reports.sagemaker_json(session)})
+
+
+@api_view(["POST"])
+def session_finish(request: Request, session_id: str) -> Response:
+    """The client is done (tinker SDK >= 0.26 ``ServiceClient.close(status, detail)``): its
+    reason is kept (the first one given stands) and the session stops."""
+    body = body_of(request, {"reason", "detail"})
+    reason = body.get("reason")
+    if not isinstance(reason, dict) or not isinstance(reason.get("type"), str):
+        raise DomainError("reason: an object with a type", field="reason")
+    detail = text(body, "detail", session_reports.MAX_DETAIL, required=False)
+    allow(request, "sessions:StopTrainingSession", session_arn(tenant_of(request), session_id))
+    with audited_transaction():
+        session = session_reports.session_finish(
+            tenant=tenant_of(request), session_id=session_id, reason=reason["type"], detail=detail
+        )
+    return Response(session_reports.session_summary(session))
+
+
+@api_view(["POST"])
+def session_search(request: Request) -> Response:
+    """tinker's ``sessions/search`` (SDK 0.38): the account's sessions, newest first, a page
+    at a time. Every session of the account is the caller's own (``owner`` is either)."""
+    query = SessionSearchQuery.model_validate(body_object(request))
+    allow(request, "sessions:ListTrainingSessions")
+    page, cursor = session_reports.session_search(
+        tenant=tenant_of(request), query=query.model_dump(mode="json")
+    )
     return Response(
-        session_json(selectors.session_get(tenant=tenant_of(request), session_id=session_id))
+        {"sessions": [session_reports.session_summary(s) for s in page], "next_cursor": cursor}
     )
 
 

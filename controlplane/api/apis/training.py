@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 
 from pydantic import ValidationError
-from rest_framework.decorators import api_view
+from rest_framework.decorators import api_view, content_negotiation_class, parser_classes
 from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -14,6 +15,7 @@ from controlplane.audit.services import audited_transaction
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
 from controlplane.quotas.budget import budget_exhausted
+from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
 from controlplane.training_sessions.services import checkpoint_plans, step_submit, submit
@@ -22,13 +24,16 @@ from loopwright.types import (
     ForwardRequest,
     LoadWeightsRequest,
     OptimStepRequest,
+    SaveWeightsExternalRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsRequest,
 )
 
 from .. import answers
 from ..answers import future
+from ..negotiation import AlwaysJSON
 from ..parsing import allow, parse, tenant_of
+from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
 EPHEMERAL_TTL_SECONDS = 24 * 3600
 
@@ -42,9 +47,10 @@ def sequenced(kind: str):
     def wrap(view):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
-            if kind in STEPS and (answered := _step(request, kind)) is not None:
-                return answered
             try:
+                request.data  # noqa: B018 (parsed here, so a body that does not parse is refused)
+                if kind in STEPS and (answered := _step(request, kind)) is not None:
+                    return answered
                 with audited_transaction():  # the audit row and the operation: one commit
                     body = request.data if isinstance(request.data, dict) else {}
                     model_id = body.get("model_id")
@@ -52,19 +58,25 @@ def sequenced(kind: str):
                     allow(request, ACTIONS[kind], resource)
                     return view(request, *args, **kwargs)
             except (SessionError, ValidationError, ParseError) as exc:
-                body = request.data if isinstance(request.data, dict) else {}
-                submit.training_reject(
-                    tenant=tenant_of(request),
-                    model_id=body.get("model_id"),
-                    seq_id=body.get("seq_id"),
-                    kind=kind,
-                    error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
-                )
+                _refused(request, kind, exc)
                 raise
 
         return inner
 
     return wrap
+
+
+def _refused(request: Request, kind: str, exc: Exception) -> None:
+    """Record a refused training request under its seq_id (a protobuf body that parsed but
+    did not validate names its model and seq_id itself)."""
+    body = request.data if isinstance(request.data, dict) else {}
+    submit.training_reject(
+        tenant=tenant_of(request),
+        model_id=getattr(exc, "model_id", None) or body.get("model_id"),
+        seq_id=getattr(exc, "seq_id", None) or body.get("seq_id"),
+        kind=getattr(exc, "kind", None) or kind,
+        error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
+    )
 
 
 ACTIONS = {
@@ -140,16 +152,36 @@ def _submit(request: Request, req, kind: str, plan=None) -> Response:
     return future(request, op, req.model_id)
 
 
-@api_view(["POST"])
 @sequenced(Operation.Kind.FORWARD)
-def forward(request: Request) -> Response:
+def _forward(request: Request) -> Response:
     return _submit(request, parse(request, ForwardRequest), Operation.Kind.FORWARD)
 
 
-@api_view(["POST"])
 @sequenced(Operation.Kind.FORWARD_BACKWARD)
-def forward_backward(request: Request) -> Response:
+def _forward_backward(request: Request) -> Response:
     return _submit(request, parse(request, ForwardBackwardRequest), Operation.Kind.FORWARD_BACKWARD)
+
+
+@api_view(["POST"])
+def forward(request: Request) -> Response:
+    return _forward(request)
+
+
+@api_view(["POST"])
+@parser_classes([JSONParser, ProtobufParser, ProtobufAliasParser])
+@content_negotiation_class(AlwaysJSON)  # a protobuf client's Accept is answered, never a 406
+def forward_backward(request: Request) -> Response:
+    """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
+    ``forward_only`` is a forward: it runs as one and never touches gradients."""
+    if is_protobuf(request):
+        try:
+            forward_only = isinstance(request.data, dict) and "forward_input" in request.data
+        except (SessionError, ParseError) as exc:
+            _refused(request, Operation.Kind.FORWARD_BACKWARD, exc)
+            raise
+        if forward_only:
+            return _forward(request)
+    return _forward_backward(request)
 
 
 @api_view(["POST"])
@@ -209,10 +241,72 @@ def save_weights_for_sampler(request: Request) -> Response:
 def load_weights(request: Request) -> Response:
     req = parse(request, LoadWeightsRequest)
     if req.model_id is None:
-        from controlplane.training_sessions.errors import SessionError
-
-        raise SessionError("model_id is required (create the model first)", field="model_id")
+        return _load_new_model(request, req)
     plan = checkpoint_plans.load_plan(
         tenant=tenant_of(request), path=req.path, optimizer=req.optimizer
     )
     return _submit(request, req, Operation.Kind.LOAD_WEIGHTS, plan)
+
+
+def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
+    """A model made by loading a checkpoint (tinker SDK ≥ 0.38 resumes this way): created in
+    session ``session_id`` as its ``model_seq_id``, with the id the SDK derives from both,
+    shaped like the checkpoint's model, with the checkpoint loaded before its first step."""
+    if req.session_id is None or req.model_seq_id is None:
+        raise SessionError(
+            "give model_id, or session_id and model_seq_id for a new model", field="model_id"
+        )
+    tenant = tenant_of(request)
+    ckpt = selectors.checkpoint_by_path(tenant=tenant, tinker_path=req.path, field="path")
+    base_model = req.base_model or ckpt.base_model
+    lora = {k: v for k, v in ckpt.lora.items() if k != "alpha" or v is not None}
+    allow(
+        request,
+        "sessions:CreateModel",
+        model_arn(tenant, "*"),
+        **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+    )
+    plan = checkpoint_plans.load_plan(tenant=tenant, path=req.path, optimizer=req.optimizer)
+    op = submit.model_create(
+        tenant=tenant,
+        session_id=req.session_id,
+        model_seq_id=req.model_seq_id,
+        base_model=base_model,
+        lora=lora,
+        user_metadata=req.user_metadata,
+        model_id=f"{req.session_id}:train:{req.model_seq_id}",
+        load=({"path": req.path, "optimizer": req.optimizer}, plan),
+    )
+    return future(request, op, op.model_id)
+
+
+@api_view(["POST"])
+@sequenced(Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
+def save_weights_external(request: Request) -> Response:
+    """Weights for use elsewhere (tinker SDK ≥ 0.30): a sampler checkpoint saved with its merged
+    model, answered as ``tinker://<model_id>/external_weights/<name>``; its files are then
+    downloaded through ``external_weights_urls``."""
+    req = parse(request, SaveWeightsExternalRequest)
+    if req.age_encryption_recipients:
+        raise SessionError(
+            "age_encryption_recipients: not offered; the files are sealed with the account's "
+            "KMS key and downloaded by time-limited links (external_weights_urls)",
+            field="age_encryption_recipients",
+        )
+    plan = checkpoint_plans.save_plan(
+        kind=Checkpoint.Kind.SAMPLER,
+        name=checkpoint_plans.checkpoint_name(req.path, "external"),
+        overwrite=False,
+        ttl_seconds=req.ttl_seconds,
+        merge=True,
+    )
+    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+    op = submit.training_submit(
+        tenant=tenant_of(request),
+        model_id=req.model_id,
+        seq_id=req.seq_id,
+        kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+        payload={**payload, "external": True},
+        plan=plan,
+    )
+    return future(request, op, req.model_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Callable
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
@@ -96,7 +97,12 @@ def model_create(
     base_model: str,
     lora: dict,
     user_metadata=None,
+    model_id: str | None = None,
+    load: tuple[dict, Callable[[TrainingModel], dict]] | None = None,
 ) -> Operation:
+    """Create a model (``model_id``, or a fresh id) as operation 0 of its session's
+    ``model_seq_id``. ``load``: the request and plan of a checkpoint to load into it in the
+    same operation (a model made by ``load_weights``), before any ``seq_id`` is taken."""
     session = session_get(tenant=tenant, session_id=session_id)
     _require_open(session)
     payload = {
@@ -104,6 +110,7 @@ def model_create(
         "lora": lora,
         "model_seq_id": model_seq_id,
         "user_metadata": user_metadata,
+        **({"load": load[0]} if load else {}),
     }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
     if existing is not None:
@@ -117,6 +124,7 @@ def model_create(
         # before any recovery point) initialises exactly the same adapter
         lora["seed"] = secrets.randbelow(2**31)
     model = TrainingModel.objects.create(
+        id=model_id or "",
         tenant=tenant,
         session=session,
         model_seq_id=model_seq_id,
@@ -137,7 +145,7 @@ def model_create(
         kind=Operation.Kind.CREATE_MODEL,
         payload=payload,
         payload_digest=digest(payload),
-        plan={"adapter": model.id, "lora": lora},
+        plan={"adapter": model.id, "lora": lora, **(load[1](model) if load else {})},
     )
     placement.model_place_new(model)  # or it waits, and its operations queue up
     return op

@@ -63,6 +63,7 @@ from .sampling_sessions import (
 from .server import (
     ClientConfigRequest,
     ClientConfigResponse,
+    ClientDynamicConfigResponse,
     GetServerCapabilitiesResponse,
     HealthResponse,
     SupportedModel,
@@ -83,6 +84,7 @@ from .vpc import VpcConfig
 from .weights import (
     LoadWeightsRequest,
     LoadWeightsResponse,
+    SaveWeightsExternalRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsForSamplerResponse,
     SaveWeightsForSamplerResponseInternal,
@@ -104,6 +106,7 @@ __all__ = [
     "CheckpointsListResponse",
     "ClientConfigRequest",
     "ClientConfigResponse",
+    "ClientDynamicConfigResponse",
     "CreateModelRequest",
     "CreateModelResponse",
     "CreateSamplingSessionRequest",
@@ -150,6 +153,7 @@ __all__ = [
     "SampleResponse",
     "SampledSequence",
     "SamplingParams",
+    "SaveWeightsExternalRequest",
     "SaveWeightsForSamplerRequest",
     "SaveWeightsForSamplerResponse",
     "SaveWeightsForSamplerResponseInternal",

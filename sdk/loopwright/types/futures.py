@@ -29,6 +29,10 @@ class UntypedAPIFuture(ResponseModel):
     model_id: str | None = None
     """The model the request concerns, if any."""
 
+    sample_sequence_ids: list[str] | None = None
+    """A sample request's sequence ids, one per sample, in order (``SampledSequence.sequence_id``
+    of its result): stable across retries, unique in the account."""
+
 
 class FutureRetrieveRequest(RequestModel):
     """Poll a future (the server holds the call up to ~45 s while it is pending)."""

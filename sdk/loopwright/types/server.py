@@ -9,6 +9,7 @@ from ._base import RequestModel, ResponseModel
 __all__ = [
     "ClientConfigRequest",
     "ClientConfigResponse",
+    "ClientDynamicConfigResponse",
     "GetServerCapabilitiesResponse",
     "HealthResponse",
     "SupportedModel",
@@ -69,13 +70,33 @@ class ClientConfigResponse(ResponseModel):
     """Whether the chunks of one forward_backward are sent concurrently."""
 
     proto_write_fwdbwd: bool = False
-    """Whether forward_backward is sent as protobuf instead of JSON."""
+    """Whether SDK 0.18–0.24 send forward_backward as protobuf instead of JSON (Loopwright:
+    false, so those SDKs keep the JSON they always sent)."""
 
     proto_compress_fwdbwd: bool = False
-    """Whether a protobuf forward_backward body is zstd-compressed."""
+    """Whether a protobuf forward_backward body is zstd-compressed. A server that sets it takes
+    protobuf forward_backward bodies (SDK ≥ 0.25 send nothing else)."""
 
     fwd_via_fwdbwd: bool = False
-    """Whether forward goes through forward_backward (protobuf only)."""
+    """Whether forward goes through forward_backward with ``forward_only`` (protobuf only)."""
+
+    fwdbwd_max_chunk_len: int = 1024
+    """Most datums in one forward_backward request (SDK ≥ 0.25)."""
+
+    fwdbwd_max_chunk_bytes_count: int = 5_000_000
+    """Most estimated protobuf bytes (before zstd) in one forward_backward request."""
+
+    fwdbwd_dispatch_bytes_semaphore_size: int = 50_000_000
+    """Estimated forward_backward bytes a client may be sending at once."""
+
+    sample_use_retrieve_futures: bool = False
+    """Whether samplers poll ``retrieve_futures`` for a whole session (Loopwright: false)."""
+
+    custom_loss_server_side: bool = False
+    """Whether custom losses run on the server (Loopwright: false; they run in the client)."""
+
+    sample_join_sampling_session: bool = False
+    """Whether a copied sampling client asks ``join_sampling_session`` for its id (false)."""
 
     billing_exception_max_pause_duration_sec: int = 60 * 60
     """Longest a client waits out a billing pause, in seconds."""
@@ -94,3 +115,16 @@ class ClientConfigResponse(ResponseModel):
 
     create_model_via_load_weights: bool = False
     """Whether loading a checkpoint creates the model in one load_weights call."""
+
+
+class ClientDynamicConfigResponse(ResponseModel):
+    """Flags a live client re-fetches now and then (tinker SDK ≥ 0.25)."""
+
+    refresh_interval_sec: int = 300
+    """How often the client asks again, in seconds."""
+
+    sample_cancel_enabled: bool = False
+    """Whether an abandoned sample is cancelled on the server (Loopwright: false)."""
+
+    sample_cancel_max_batch_size: int = 64
+    """Most cancellations a client sends at once."""

@@ -32,6 +32,10 @@ class CreateSessionRequest(RequestModel):
     project_id: str | None = None
     """Project to file the session under."""
 
+    display_name: str | None = None
+    """A name to show for the session (tinker SDK ≥ 0.30); the session's name when ``name`` is
+    not given."""
+
     name: str | None = None
     """Human-readable session name (Loopwright extension)."""
 

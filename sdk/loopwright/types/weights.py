@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ._base import RequestModel, ResponseModel
+from .optim import AdamOptimizerConfig
 
 __all__ = [
     "LoadWeightsRequest",
     "LoadWeightsResponse",
+    "SaveWeightsExternalRequest",
     "SaveWeightsForSamplerRequest",
     "SaveWeightsForSamplerResponse",
     "SaveWeightsForSamplerResponseInternal",
@@ -36,6 +38,9 @@ class SaveWeightsRequest(RequestModel):
 
     overwrite: bool = False
     """Whether to replace an existing checkpoint of the same name."""
+
+    user_metadata: dict[str, str] | None = None
+    """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
 
     type: Literal["save_weights"] = "save_weights"
     """Request kind tag."""
@@ -72,6 +77,14 @@ class SaveWeightsForSamplerRequest(RequestModel):
     merge_weights: bool = False
     """Also write a deployable model with the adapter merged into the base (Loopwright extension)."""
 
+    kind: Literal["snapshot", "inflight"] = "snapshot"
+    """For an unnamed save: ``snapshot`` samples the weights as of the save; ``inflight`` is
+    served the same way here (the weights as of the save, in seq_id order, which meets its
+    "these weights or newer" guarantee); a later save gives a new sampler."""
+
+    user_metadata: dict[str, str] | None = None
+    """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
+
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
     """Request kind tag."""
 
@@ -97,6 +110,30 @@ class SaveWeightsForSamplerResponse(ResponseModel):
 
     type: Literal["save_weights_for_sampler"] | None = None
     """Response kind tag."""
+
+
+class SaveWeightsExternalRequest(RequestModel):
+    """Save the model's weights for use elsewhere (tinker SDK ≥ 0.30): the adapter and the base
+    model with the adapter merged in, as ``tinker://<model_id>/external_weights/<path>``."""
+
+    model_id: str
+    """The model to save."""
+
+    path: str
+    """Checkpoint name (required)."""
+
+    seq_id: int | None = None
+    """Per-model request counter; requests run in seq_id order."""
+
+    ttl_seconds: int | None = None
+    """Seconds until the checkpoint expires; None keeps it."""
+
+    age_encryption_recipients: list[str] | None = None
+    """age recipients to encrypt the files to (not offered: files are sealed with the
+    account's KMS key and downloaded by time-limited links)."""
+
+    type: Literal["save_weights_external"] = "save_weights_external"
+    """Request kind tag."""
 
 
 class LoadWeightsRequest(RequestModel):
@@ -125,6 +162,9 @@ class LoadWeightsRequest(RequestModel):
 
     optimizer: bool
     """Whether to restore the optimizer state too."""
+
+    optimizer_config: AdamOptimizerConfig | None = None
+    """The optimizer of a model created by this load; None means AdamW, the one supported."""
 
     weights_access_token: str | None = None
     """Access token for a checkpoint owned by another account."""
