@@ -101,9 +101,7 @@ def recovery(stack: Stack, svc: ServiceClient, kills: int) -> list[float]:
     return pauses
 
 
-def throughput(
-    stack: Stack, svc: ServiceClient, steps: int, block: int = 5
-) -> tuple[float, float]:
+def throughput(stack: Stack, svc: ServiceClient, steps: int, block: int = 5) -> tuple[float, float]:
     """Steps per second of a model on the worker with snapshots and of one on the worker
     without, in alternating blocks (placement puts the second model on the emptier worker)."""
     clients = {}

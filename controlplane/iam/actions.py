@@ -51,6 +51,7 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
             "checkpoint",
             "Make time-limited download links to a checkpoint's files",
         ),
+        ("CopyCheckpoint", "checkpoint", "Copy a checkpoint into a session or the account"),
         ("ListBaseModels", "*", "List the base models that can be trained"),
         ("CreateChatCompletion", "checkpoint", "Chat completion on a checkpoint's sampler weights"),
     ],

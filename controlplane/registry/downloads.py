@@ -195,6 +195,25 @@ def archive_build(download: Download, *, actor: str, scratch_root: Path | None =
     return Archive(scratch, archive)
 
 
+@contextlib.contextmanager
+def opened(download: Download, *, scratch_root: Path | None = None) -> Iterator[Path]:
+    """The download's files, fetched, checked against the manifest and opened in a private
+    scratch folder that is removed when the block ends (for copies)."""
+    root = scratch_root or _scratch_setting()
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="lw-open-", dir=root))
+    try:
+        yield _plaintext(download, _sealing(download), scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def storage_failures(doing: str):
+    """Storage and KMS failures as API errors saying what failed (see ``_failures``)."""
+    return _failures(doing)
+
+
 def _scratch_setting() -> Path | None:
     where = settings.DOWNLOAD_SCRATCH_DIR
     return Path(where) if where else None

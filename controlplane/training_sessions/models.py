@@ -257,6 +257,19 @@ class Checkpoint(models.Model):
     base_model = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # a copy (copy_weights): the path it was copied from, and the client's key for the request
+    # that made it (a retry gets the same copy)
+    copied_from = models.CharField(max_length=500, blank=True)
+    copy_key = models.CharField(max_length=200, null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "copy_key"],
+                condition=Q(copy_key__isnull=False),
+                name="uniq_checkpoint_copy_key",
+            ),
+        ]
 
 
 class Recovery(models.Model):

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import pathlib
 import threading
+import uuid
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from ._download import download_model_package
-from ._http import HTTPClient, RetryPolicy
+from ._http import HTTPClient, RawBody, RetryPolicy
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
 from .errors import APIError
@@ -26,6 +28,8 @@ from .sampling_client import SamplingClient, open_sampling_session
 from .training_client import TrainingClient, check_training_path
 from .types import (
     BaseModelInfo,
+    CopyWeightsRequest,
+    CopyWeightsResponse,
     CreateModelRequest,
     CreateModelResponse,
     CreateSessionRequest,
@@ -322,7 +326,39 @@ class ServiceClient:
             http, ref, dest_dir, format=format, include_optimizer=include_optimizer
         )
 
+    def copy_weights(
+        self,
+        path: str,
+        *,
+        session_id: str | None = None,
+        model_seq_id: int | None = None,
+        ttl_seconds: int | None = None,
+    ) -> str:
+        """Copy a checkpoint (a ``tinker://`` path of either kind, or a model package version's
+        ARN) inside the account; returns the copy's path. The copy is a training run of its own
+        (in ``session_id``'s slot ``model_seq_id``, else beside the source) that holds the
+        weights: resume from it with ``create_training_client_from_state_with_optimizer`` or
+        sample from it. It has files of its own (deleting either never touches the other) and
+        expires after ``ttl_seconds`` if given. Retries after a lost answer make one copy."""
+        request = CopyWeightsRequest(
+            source_path=path,
+            session_id=session_id,
+            model_seq_id=model_seq_id,
+            destination_project_id=None if session_id is not None else "default",
+            ttl_seconds=ttl_seconds,
+        )
+        body = RawBody(
+            json.dumps(request.model_dump(mode="json", exclude_none=True)).encode(),
+            {"Content-Type": "application/json", "X-Idempotency-Key": str(uuid.uuid4())},
+        )
+        answer = self._runtime.http.request("POST", "copy_weights", body=body).json()
+        return CopyWeightsResponse.model_validate(answer).tinker_path
+
     # -- async twins ---------------------------------------------------------------------------
+
+    async def copy_weights_async(self, path: str, **options: Any) -> str:
+        """Async twin of copy_weights (same keywords)."""
+        return await asyncio.to_thread(self.copy_weights, path, **options)
 
     async def download_model_package_async(
         self, ref: str, dest_dir: str | os.PathLike[str], **options: Any

@@ -170,6 +170,23 @@ def test_rest_calls(run, pg_stack) -> None:
         assert httpx.get(f"{pg_stack.url}/api/v1/{path}", headers=charlie).status_code == 404
 
 
+def test_copy_weights_resumes_like_its_source(run, pg_stack) -> None:
+    if "copy" not in run["rest"]:
+        pytest.skip("copy_weights came with tinker 0.38")
+    copy = run["rest"]["copy"]
+    assert copy["path"].endswith("/weights/resume-point")
+    assert not copy["path"].startswith(f"tinker://{run['model_id']}/")  # a run of its own
+    original, _ = run["resume"]["logprobs"]
+    np.testing.assert_allclose(np.array(copy["logprobs"]), np.array(original), atol=1e-6)
+    charlie = {"X-API-Key": pg_stack.role_key("charlie")}
+    r = httpx.post(
+        f"{pg_stack.url}/api/v1/copy_weights",
+        json={"source_path": copy["path"], "destination_project_id": "default"},
+        headers=charlie,
+    )
+    assert r.status_code == 404
+
+
 def test_sessions_finish_and_search(run, pg_stack) -> None:
     if "searched_sessions" not in run["rest"]:
         pytest.skip("sessions/search and sessions/<id>/finish came with tinker 0.26–0.38")

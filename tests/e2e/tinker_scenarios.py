@@ -207,6 +207,15 @@ def main(base_url: str) -> dict:
         urls = done(rest.get_external_weights_urls(exported))
         report["rest"]["external"] = {"path": exported, "urls": dict(urls.urls)}
     if VERSION >= (0, 38):
+        # a copy inside the account resumes exactly like its source
+        copied = done(rest.copy_weights(state, "default", ttl_seconds=3600))
+        from_copy = service.create_training_client_from_state_with_optimizer(copied)
+        done(from_copy.forward_backward(step, "cross_entropy"))
+        done(from_copy.optim_step(types.AdamParams(learning_rate=5e-2)))
+        report["rest"]["copy"] = {
+            "path": copied,
+            "logprobs": logprobs_of(done(from_copy.forward(step, "cross_entropy"))),
+        }
         page = rest.search_sessions(types.SessionSearchRequest(limit=200)).result()
         report["rest"]["searched_sessions"] = [s.session_id for s in page.sessions]
         service.close("success", detail="scenarios done").result()

@@ -114,7 +114,12 @@ def model_create(
     }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
     if existing is not None:
-        op = existing.operations.get(kind=Operation.Kind.CREATE_MODEL)
+        op = existing.operations.filter(kind=Operation.Kind.CREATE_MODEL).first()
+        if op is None:  # the slot holds a copy of a checkpoint (copy_weights)
+            raise Conflict(
+                f"model_seq_id {model_seq_id} holds {existing.id}, a copy of a checkpoint",
+                field="model_seq_id",
+            )
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
     if not BaseModel.objects.filter(name=base_model).exists():
         raise Unavailable(f"no worker has served {base_model!r}", field="base_model")

@@ -82,6 +82,8 @@ from .training import ForwardBackwardRequest, ForwardRequest
 from .training_runs import TrainingRun, TrainingRunsResponse
 from .vpc import VpcConfig
 from .weights import (
+    CopyWeightsRequest,
+    CopyWeightsResponse,
     LoadWeightsRequest,
     LoadWeightsResponse,
     SaveWeightsExternalRequest,
@@ -107,6 +109,8 @@ __all__ = [
     "ClientConfigRequest",
     "ClientConfigResponse",
     "ClientDynamicConfigResponse",
+    "CopyWeightsRequest",
+    "CopyWeightsResponse",
     "CreateModelRequest",
     "CreateModelResponse",
     "CreateSamplingSessionRequest",

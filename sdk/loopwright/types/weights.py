@@ -8,6 +8,8 @@ from ._base import RequestModel, ResponseModel
 from .optim import AdamOptimizerConfig
 
 __all__ = [
+    "CopyWeightsRequest",
+    "CopyWeightsResponse",
     "LoadWeightsRequest",
     "LoadWeightsResponse",
     "SaveWeightsExternalRequest",
@@ -213,3 +215,31 @@ class WeightsInfoResponse(ResponseModel):
 
     train_attn: bool | None = None
     """Whether the attention layers have adapters."""
+
+
+class CopyWeightsRequest(RequestModel):
+    """Copy a checkpoint inside the account: into a session's model slot, or the account's
+    project (``default``). The copy is a training run of its own that cannot be trained on."""
+
+    source_path: str
+    """The checkpoint to copy: a tinker path of either kind, or a model package version ARN."""
+
+    session_id: str | None = None
+    """The session that owns the copy (with model_seq_id)."""
+
+    model_seq_id: int | None = None
+    """The copy's model slot in that session, as create_model and load_weights use."""
+
+    destination_project_id: str | None = None
+    """The project that owns the copy when no session_id is given: ``default``."""
+
+    ttl_seconds: int | None = None
+    """Seconds until the copy expires (1 hour to 10 years); the source's expiry is not kept."""
+
+    weights_access_token: str | None = None
+    """Copies across accounts are not offered: refused when given."""
+
+
+class CopyWeightsResponse(ResponseModel):
+    tinker_path: str
+    """The copy's path."""
