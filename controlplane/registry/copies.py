@@ -4,9 +4,11 @@ The source's files are fetched, checked against its manifest and opened, sealed 
 copy's own path (every checkpoint's files are sealed under its own name) with the destination
 session's KMS key, and stored beside the destination's checkpoints: deleting or expiring either
 never touches the other. The copy belongs to a new training run that cannot be trained on (it
-holds the weights; load them into a model to go on), and is the next version of the
-destination's model package group, with the source's version as its parent. A retry with the
-same idempotency key gets the same copy back.
+holds the weights; load them into a model to go on): in the slot of the session named, or, for
+a copy into the account's project, in the account's ``checkpoint copies`` session (a stopped
+session no client uses, so no client's next slot is ever taken). It is the next version of the
+destination session's model package group (a project copy: of its source's group), with the
+source's version as its parent. A retry with the same idempotency key gets the same copy back.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .services import package_create
 log = logging.getLogger("loopwright.registry")
 
 PROJECT = "default"  # an account is one project
+COPIES_SESSION, COPIES_TAG = "checkpoint copies", "loopwright:copies"
 MIN_TTL, MAX_TTL = 3600, 10 * 365 * 24 * 3600
 
 
@@ -73,7 +76,7 @@ def checkpoint_copy(
     authorize("sessions:CopyCheckpoint", checkpoint_arn(tenant, source.model_id, source.name))
     if source.kms_key_arn:
         authorize("kms:Decrypt", source.kms_key_arn)
-    session = _destination(tenant, request, source)
+    session = _destination(tenant, request)
     package = ModelPackage.objects.filter(checkpoint=source).select_related("group").first()
     if package is None:
         raise Conflict(
@@ -142,7 +145,7 @@ def _earlier(tenant: Tenant, request: CopyRequest) -> Checkpoint | None:
     return earlier
 
 
-def _destination(tenant: Tenant, request: CopyRequest, source: Checkpoint) -> Session:
+def _destination(tenant: Tenant, request: CopyRequest) -> Session:
     if request.session_id is not None:
         return session_get(tenant=tenant, session_id=request.session_id)
     if request.destination_project_id != PROJECT:
@@ -151,7 +154,25 @@ def _destination(tenant: Tenant, request: CopyRequest, source: Checkpoint) -> Se
             f"one project, {PROJECT!r})",
             field="destination_project_id",
         )
-    return source.model.session
+    return _copies_session(tenant)
+
+
+def _copies_session(tenant: Tenant) -> Session:
+    """The account's session that holds copies made into its project: stopped from the start
+    (it counts against no quota and takes no operations), local storage, the default key."""
+    found = Session.objects.filter(
+        tenant=tenant, name=COPIES_SESSION, tags=[COPIES_TAG], state=Session.State.STOPPED
+    ).first()
+    if found is not None:
+        return found
+    return Session.objects.create(
+        tenant=tenant,
+        name=COPIES_SESSION,
+        tags=[COPIES_TAG],
+        state=Session.State.STOPPED,
+        ended_at=timezone.now(),
+        platform={},
+    )
 
 
 def _slot(session: Session, request: CopyRequest) -> int:
@@ -231,10 +252,13 @@ def _record(
     except IntegrityError:  # the same key, committed meanwhile by a retry running alongside
         raise Conflict("this copy is being made by another request", field="source_path") from None
     session = model.session
+    to_project = request.session_id is None
     package_create(
         tenant=model.tenant,
         actor=session.platform.get("role_arn") or f"session:{session.id}",
-        group_name=save_group_name(session.platform, model.id),
+        group_name=package.group.name
+        if to_project
+        else save_group_name(session.platform, model.id),
         checkpoint=copy,
         kind=package.kind if package.kind != ModelPackage.Kind.MERGED else _plain_kind(source),
         session_id=session.id,

@@ -336,7 +336,7 @@ class ServiceClient:
     ) -> str:
         """Copy a checkpoint (a ``tinker://`` path of either kind, or a model package version's
         ARN) inside the account; returns the copy's path. The copy is a training run of its own
-        (in ``session_id``'s slot ``model_seq_id``, else beside the source) that holds the
+        (in ``session_id``'s slot ``model_seq_id``, else in the account's ``checkpoint copies`` session) that holds the
         weights: resume from it with ``create_training_client_from_state_with_optimizer`` or
         sample from it. It has files of its own (deleting either never touches the other) and
         expires after ``ttl_seconds`` if given. Retries after a lost answer make one copy."""

@@ -89,7 +89,10 @@ def test_a_copy_resumes_like_its_source_and_outlives_it(alice, runtime) -> None:
     assert all(torch.equal(from_copy[k], from_source[k]) for k in from_copy)
 
 
-def test_a_copy_into_the_project_sits_beside_its_source(alice, runtime) -> None:
+def test_a_copy_into_the_project_takes_no_clients_slot(alice, runtime) -> None:
+    """A copy into the account's project is a run of the account's "checkpoint copies"
+    session (stopped: no quota, no operations), the next version of its source's group; the
+    source's session keeps its next model slot for its client."""
     source_model, _ = trained(alice, runtime)
     sampler_weights = f"tinker://{source_model}/sampler_weights/w"
     r = copy(
@@ -99,9 +102,20 @@ def test_a_copy_into_the_project_sits_beside_its_source(alice, runtime) -> None:
     assert r.status_code == 200, r.content
     copied = Checkpoint.objects.get(tinker_path=r.json()["tinker_path"])
     assert copied.kind == "sampler" and r.json()["tinker_path"].endswith("/sampler_weights/w")
-    source_session = TrainingModel.objects.get(pk=source_model).session_id
+    source_session = TrainingModel.objects.get(pk=source_model).session
     run = copied.model
-    assert (run.session_id, run.model_seq_id) == (source_session, 1)
+    assert (run.session.name, run.session.state, run.model_seq_id) == (
+        "checkpoint copies",
+        "stopped",
+        0,
+    )
+    assert not source_session.models.filter(model_seq_id=1).exists()
+    source_package = ModelPackage.objects.get(tinker_path=sampler_weights)
+    package = ModelPackage.objects.get(checkpoint=copied)
+    assert (package.group, package.parent) == (source_package.group, source_package)
+    second = copy(alice, {"source_path": sampler_weights, "destination_project_id": "default"})
+    second_run = Checkpoint.objects.get(tinker_path=second.json()["tinker_path"]).model
+    assert (second_run.session, second_run.model_seq_id) == (run.session, 1)
     assert timedelta(minutes=119) < copied.expires_at - timezone.now() <= timedelta(hours=2)
     sampler = alice.post(
         "create_sampling_session",
