@@ -120,6 +120,18 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
                 None,
             ),
         ],
+        "copy_weights": [
+            (
+                "post",
+                "copy_weights",
+                {"source_path": w["path"], "destination_project_id": "default"},
+            ),
+            (
+                "post",
+                "copy_weights",
+                {"source_path": w["path"], "session_id": s, "model_seq_id": 7},
+            ),
+        ],
         "create_model": [
             ("post", "create_model", {"session_id": s, "model_seq_id": 5, "base_model": TINY})
         ],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import threading
@@ -24,8 +25,27 @@ from .stack import Stack, free_port
 PG_BIN = next(Path("/usr/lib/postgresql").glob("*/bin"), Path("/usr/lib/postgresql/15/bin"))
 
 
-def database(stack: Stack) -> psycopg.Connection:
-    return psycopg.connect(stack.env["DATABASE_URL"], autocommit=True)
+def database(stack: Stack):
+    """A connection to the stack's database (PostgreSQL, or the embedded SQLite file), taking
+    ``%s`` parameters and ``now()`` either way."""
+    if "DATABASE_URL" in stack.env:
+        return psycopg.connect(stack.env["DATABASE_URL"], autocommit=True)
+    return _Sqlite(stack.data_dir / "loopwright.sqlite3")
+
+
+class _Sqlite:
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+
+    def execute(self, sql: str, params=()):
+        sql = sql.replace("%s", "?").replace("now()", "strftime('%Y-%m-%d %H:%M:%f', 'now')")
+        return self.conn.execute(sql, list(params))
+
+    def __enter__(self) -> _Sqlite:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.conn.close()
 
 
 def holder(conn: psycopg.Connection, model_id: str) -> str | None:

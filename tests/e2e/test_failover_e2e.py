@@ -410,3 +410,25 @@ def test_a_stopped_worker_coming_back_after_its_lease_changes_nothing(
     log = (stack.data_dir / ("worker.log" if paused[0] == "fa" else "worker-fb.log")).read_text()
     assert "lost its lease" in log
     assert_unchanged(run, reference)
+
+
+def test_the_embedded_stack_survives_its_worker_killed_and_started_again(
+    reference, tmp_path_factory, tmp_path
+) -> None:
+    """SQLite and the filesystem broker (``make serve``): its one worker killed in the middle of
+    a forward_backward and started again; the loop goes on and ends as without the fault."""
+    embedded = Stack("embedded", tmp_path_factory.mktemp("embedded"), env=ENV).start()
+    try:
+        killer: Killer | None = None
+
+        def fault(model_id: str):
+            nonlocal killer
+            killer = Killer(embedded, model_id, {("forward_backward", 2)}, at_once=True)
+            return killer.at
+
+        run = run_loop(embedded, tmp_path, fault)
+        killer.join()
+    finally:
+        embedded.stop()
+    assert killer.kills[0].worker is not None
+    assert_unchanged(run, reference)

@@ -153,6 +153,13 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "ttl_seconds": 3600,
     },
     "SaveWeightsForSamplerResponse": {"path": "tinker://m1/sampler_weights/s1"},
+    "CopyWeightsRequest": {
+        "source_path": "tinker://m1/weights/step-1",
+        "session_id": "s1",
+        "model_seq_id": 2,
+        "ttl_seconds": 7200,
+    },
+    "CopyWeightsResponse": {"tinker_path": "tinker://m2/weights/step-1"},
     "SaveWeightsForSamplerResponseInternal": {"sampling_session_id": "s2"},
     "LoadWeightsRequest": {
         "model_id": "m1",
