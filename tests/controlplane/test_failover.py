@@ -375,3 +375,20 @@ def test_the_session_shows_its_failovers_and_charlie_sees_none(alice, charlie, s
     assert shown["recovery_point"] is None and shown["operations_replayed"] == 2
     assert shown["outcome"] == "restored" and shown["seconds_to_recover"] >= 0
     assert charlie.get(f"sessions/{session}").status_code == 404
+
+
+def test_a_snapshot_goes_when_its_session_ends(alice, start) -> None:
+    from controlplane.training_sessions.services.storage import storage_at
+
+    a = start("a", every_steps=1)
+    session = open_session(alice)
+    model_id = create_model(alice, a, session)
+    for fut in steps(alice, model_id, 1, 1):
+        result(alice, a, fut)
+    a.snapshots.flush(30)
+    point = TrainingModel.objects.get(pk=model_id).recovery
+    assert point["kind"] == "snapshot" and storage_at(point["storage_uri"]).list()
+    assert alice.post(f"sessions/{session}/stop").status_code == 200
+    a.drain()  # the unload runs after what was queued
+    assert TrainingModel.objects.get(pk=model_id).recovery is None
+    assert not storage_at(point["storage_uri"]).list()
