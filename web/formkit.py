@@ -46,8 +46,15 @@ class Form(forms.Form):
     def add_domain_error(self, exc: DomainError) -> None:
         """Put a service's error on the field it names (``document.Statement[0]`` → document),
         or on top of the form when it names none of the form's fields."""
-        head = _HEAD.split(exc.field or "", maxsplit=1)[0]
-        self.add_error(head if head in self.fields else None, exc.detail)
+        name = exc.field or ""
+        head = _HEAD.split(name, maxsplit=1)[0]
+        if head not in self.fields:
+            self.add_error(None, exc.detail)
+            return
+        # the label names the field: "name: too long" reads "too long" under it, and
+        # "document.Statement[0].Action: …" reads "Statement[0].Action: …"
+        detail = exc.detail.removeprefix(f"{head}: ") if name == head else exc.detail
+        self.add_error(head, detail.removeprefix(f"{head}."))
 
 
 def row(field: forms.BoundField) -> SafeString:

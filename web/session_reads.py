@@ -30,6 +30,27 @@ class SessionRow:
     base_models: list[str]
     operations: int
     tokens: int
+    failure: str = ""  # why a failed session failed
+
+
+def failure_reasons(*, tenant: Tenant, sessions: Iterable[Session]) -> dict[str, str]:
+    """Why each failed session failed: the error of its model that could not be created."""
+    failed = [s.id for s in sessions if s.state == Session.State.FAILED]
+    if not failed:
+        return {}
+    reasons: dict[str, str] = {}
+    for session_id, error in (
+        Operation.objects.filter(
+            tenant=tenant,
+            session_id__in=failed,
+            kind=Operation.Kind.CREATE_MODEL,
+            status=Operation.Status.FAILED,
+        )
+        .order_by("created_at")
+        .values_list("session_id", "error")
+    ):
+        reasons.setdefault(session_id, error)
+    return reasons
 
 
 def live_session_count(*, tenant: Tenant) -> int:
@@ -66,7 +87,11 @@ def session_rows(
         .annotate(q=Sum("quantity"))
         .values_list("session_id", "q")
     )
-    return [SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0) for s in sessions]
+    reasons = failure_reasons(tenant=tenant, sessions=sessions)
+    return [
+        SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0, reasons.get(s.id, ""))
+        for s in sessions
+    ]
 
 
 # -- one session -------------------------------------------------------------------------------

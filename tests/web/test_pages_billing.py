@@ -124,7 +124,8 @@ def test_default_range_is_this_month_with_the_invoice_preview(alice) -> None:
 def test_range_errors_are_shown_in_place(alice) -> None:
     r = alice.get("/billing", {"start": "2025-03-10", "end": "2025-03-01"})
     body = r.content.decode()
-    assert r.status_code == 400 and "end: must not be before start" in body
+    assert r.status_code == 400 and "must not be before start" in body
+    assert "end: must" not in body  # the label names the field
     assert 'id="id_end_error"' in body and 'aria-invalid="true"' in body
     r = alice.get("/billing", {"start": "2024-01-01", "end": "2025-03-01"})
     assert r.status_code == 400 and "at most 366 days" in r.content.decode()

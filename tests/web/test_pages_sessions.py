@@ -95,9 +95,17 @@ def test_creating_a_session_makes_its_model_like_the_api(alice, worker):
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"rank": "eight"}, "rank", "lora_config.rank: Input should be a valid integer"),
-        ({"alpha": "lots"}, "alpha", "lora_config.alpha: Input should be a valid number"),
-        ({"subnets": "subnet-xyz", "security_group_ids": "sg-0123456789"}, "subnets", "subnets[0]"),
+        ({"rank": "eight"}, "rank", "a whole number"),
+        ({"rank": "0"}, "rank", "must be between 1 and 128, got 0"),
+        ({"rank": "100000"}, "rank", "must be between 1 and 128, got 100000"),
+        ({"alpha": "lots"}, "alpha", "a number, e.g. 16"),
+        ({"alpha": "-5"}, "alpha", "must be greater than 0, got -5"),
+        ({"alpha": "0"}, "alpha", "must be greater than 0"),
+        (
+            {"subnets": "subnet-xyz", "security_group_ids": "sg-0123456789"},
+            "subnets",
+            "&#x27;subnet-xyz&#x27; is not a subnet id",
+        ),
         ({"subnets": "subnet-0123456789"}, "security_group_ids", "security_group_ids"),
         (
             {"subnets": "subnet-0123456789", "security_group_ids": "sg-0123456789"},
@@ -117,7 +125,77 @@ def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change,
     html = page.content.decode()
     assert f'id="id_{field}_error"' in html, html[html.find("<form") :][:3000]
     assert message in html
+    error = html[html.find(f'id="id_{field}_error"') :][:400]
+    assert "lora_config" not in error and "vpc_config" not in error  # the label names the field
     assert not Session.objects.filter(tenant=alice.tenant).exists()  # nothing half-made
+
+
+@pytest.mark.parametrize(
+    ("lora", "field"),
+    [
+        ({"rank": 0}, "lora_config.rank"),
+        ({"rank": 100000}, "lora_config.rank"),
+        ({"rank": 8, "alpha": -5}, "lora_config.alpha"),
+        ({"rank": 8, "seed": -1}, "lora_config.seed"),
+        (
+            {"rank": 8, "train_attn": False, "train_mlp": False, "train_unembed": False},
+            "lora_config",
+        ),
+    ],
+)
+def test_the_api_refuses_the_same_adapters_before_making_a_model(alice, worker, lora, field):
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=alice.api_key)
+    made = api.post(
+        "/api/v1/create_session",
+        {"tags": [], "sdk_version": "t", "role_arn": alice.role_arn},
+        format="json",
+    )
+    sid = made.json()["session_id"]
+    body = {"session_id": sid, "model_seq_id": 0, "base_model": BASE_MODEL, "lora_config": lora}
+    refused = api.post("/api/v1/create_model", body, format="json")
+    assert refused.status_code == 400 and refused.json()["field"] == field, refused.content
+    assert not TrainingModel.objects.filter(session_id=sid).exists()
+
+
+def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_slot(
+    alice, charlie, worker, settings
+):
+    settings.MAX_CONCURRENT_SESSIONS = 1
+    page = alice.post("/sessions/new", form(alice))
+    session = Session.objects.get(tenant=alice.tenant)
+    assert page.headers["Location"] == f"/sessions/{session.id}"
+    create = Operation.objects.get(session=session, kind=Operation.Kind.CREATE_MODEL)
+    finish(create, error="CUDA out of memory while making the adapter")
+    session.refresh_from_db()
+    assert session.state == Session.State.FAILED and session.ended_at is not None
+    assert TrainingModel.objects.get(session=session).state == TrainingModel.State.FAILED
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Its model could not be created" in html and "CUDA out of memory" in html
+    listing = alice.get("/sessions").content.decode()
+    assert "failed" in listing and "CUDA out of memory" in listing
+    overview = alice.get("/overview").content.decode()
+    assert "CUDA out of memory" in overview
+    # its quota slot is free again: another session can start
+    again = alice.post("/sessions/new", form(alice, name="second"))
+    assert again.status_code == 302, again.content.decode()[:2000]
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+
+
+def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, worker):
+    session, _ = new_session(alice)
+    op = submit.model_create(
+        tenant=alice.tenant,
+        session_id=session.id,
+        model_seq_id=1,
+        base_model=BASE_MODEL,
+        lora={"rank": 4},
+    )
+    finish(op, error="out of memory")
+    session.refresh_from_db()
+    assert session.state == Session.State.ACTIVE
 
 
 def test_another_tenants_role_is_not_found_on_the_role_field(alice, charlie, worker):

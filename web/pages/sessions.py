@@ -204,6 +204,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     counts = reads.operation_count(tenant=tenant, session=session)
     context = {
         "session": session,
+        "failure": reads.failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
         "models": _models_view(models),
         "live": session.state in LIVE,
         "stoppable": session.state in Session.LIVE_STATES,

@@ -26,6 +26,7 @@ from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingMo
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from . import placement
 from .checkpoint_plans import opening, stored_fields
+from .lora import lora_checked
 from .sessions import session_touch
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
@@ -109,6 +110,7 @@ def model_create(
     if existing is not None:
         op = existing.operations.get(kind=Operation.Kind.CREATE_MODEL)
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
+    lora_checked(lora)
     if not BaseModel.objects.filter(name=base_model).exists():
         raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
