@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django import forms
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 
 
@@ -59,6 +60,7 @@ class LoginForm(forms.Form):
 def show_error(form: forms.Form, exc: DomainError) -> None:
     """A service's error on the field it names (without the name, which the label shows), or
     above the form."""
+    note_failure(exc.detail)
     if exc.field in form.fields:
         form.add_error(exc.field, exc.detail.removeprefix(f"{exc.field}: "))
     else:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 from controlplane.iam.access import authorize, check
 from controlplane.iam.principals import Principal, for_membership
@@ -87,6 +88,7 @@ def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         try:
             return view(request, *args, **kwargs)
         except DomainError as e:
+            note_failure(e.detail)
             return render(
                 request,
                 "web/errors/problem.html",

@@ -11,6 +11,7 @@ from django import forms
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ class Form(forms.Form):
     def add_domain_error(self, exc: DomainError) -> None:
         """Put a service's error on the field it names (``document.Statement[0]`` → document),
         or on top of the form when it names none of the form's fields."""
+        note_failure(exc.detail)
         name = exc.field or ""
         head = _HEAD.split(name, maxsplit=1)[0]
         if head not in self.fields:

@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
 from controlplane.tenants import selectors as tenants
@@ -94,7 +95,9 @@ def member_role(request: HttpRequest, username: str) -> HttpResponse:
     if submit(form, lambda d: services.membership_set_role(membership=membership, role=d["role"])):
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     else:
-        messages.error(request, " ".join(str(e) for e in form.errors.get("role", ["refused"])))
+        refused = " ".join(str(e) for e in form.errors.get("role", ["refused"]))
+        note_failure(refused)
+        messages.error(request, refused)
     return redirect(member_url(username))
 
 
@@ -108,6 +111,7 @@ def member_remove(request: HttpRequest, username: str) -> HttpResponse:
     except DomainError as exc:
         if exc.status != 409:
             raise
+        note_failure(exc.detail)
         messages.error(request, exc.detail)
         return redirect(member_url(username))
     messages.success(request, f"{username} left the account; their API keys are revoked.")

@@ -9,6 +9,7 @@ from django import forms
 from pydantic import ValidationError
 
 from controlplane.api.errors import field_path
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 from controlplane.training_sessions.services.lora import MAX_LORA_RANK, lora_checked
 from loopwright.types import CreateSessionRequest, LoraConfig
@@ -17,6 +18,7 @@ from loopwright.types import CreateSessionRequest, LoraConfig
 def add_domain_error(form: forms.Form, exc: DomainError, fields: dict[str, str] | None = None):
     """Show a service's error on the form field it names (``fields`` maps the service's field
     names, or their prefixes, to the form's); else above the form."""
+    note_failure(exc.detail)
     name = exc.field or ""
     target = None
     for prefix, field in (fields or {}).items():

@@ -1,5 +1,6 @@
-"""The audit log of the account, newest first: every authorization decision and operator change,
-filtered by action, principal, decision, date range and resource, from the same selector and IAM
+"""The audit log of the account, newest first: every authorization decision and operator change
+with what became of it, changes only unless reads are asked for, filtered by action and resource
+(any part of them), principal, decision, outcome and date range, from the same selector and IAM
 action as the API's ``audit/events`` (``audit:LookupEvents``)."""
 
 from __future__ import annotations
@@ -24,15 +25,30 @@ SUGGEST_FROM = 1000  # latest events whose principals and actions the filters su
 DECISIONS = {"allow": True, "deny": False}
 
 
+OUTCOMES = {"succeeded": "succeeded", "failed": "failed"}
+
+
 class FilterForm(Form):
     action = forms.CharField(
-        required=False, max_length=100, widget=forms.TextInput(attrs={"list": "actions"})
+        label="Action contains",
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"list": "actions", "placeholder": "e.g. ApiKey"}),
     )
     principal = forms.CharField(
         required=False, max_length=400, widget=forms.TextInput(attrs={"list": "principals"})
     )
     decision = forms.ChoiceField(
         required=False, choices=[("", "Any"), ("allow", "Allowed"), ("deny", "Denied")]
+    )
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any"), ("succeeded", "Succeeded"), ("failed", "Failed")],
+    )
+    reads = forms.BooleanField(
+        label="Include reads",
+        required=False,
+        help_text="Page views and other reads; by default only changes are listed.",
     )
     since = forms.DateField(
         label="From", required=False, widget=forms.DateInput(attrs={"type": "date"})
@@ -85,15 +101,16 @@ def events(request: HttpRequest) -> HttpResponse:
         since, until = f.get("since"), f.get("until")
         query = audit_events(
             tenant=request.tenant,
-            action=(f.get("action") or "").strip() or None,
+            action_contains=(f.get("action") or "").strip() or None,
             principal=(f.get("principal") or "").strip() or None,
             allowed=DECISIONS.get(f.get("decision") or ""),
             since=_midnight(since) if since else None,
             until=_midnight(until + timedelta(days=1)) if until else None,
             before_id=f.get("before"),
+            resource_contains=(f.get("resource") or "").strip() or None,
+            changes_only=not f.get("reads"),
+            outcome=OUTCOMES.get(f.get("outcome") or ""),
         )
-        if f.get("resource"):
-            query = query.filter(resource__icontains=f["resource"].strip())
         found = list(query[: PER_PAGE + 1])
         more = len(found) > PER_PAGE
         found = found[:PER_PAGE]
@@ -109,6 +126,7 @@ def events(request: HttpRequest) -> HttpResponse:
             if form.is_bound and form["before"].value()
             else None,
             "filtered": any(v for k, v in filters.items()),
+            "reads": bool(form.is_bound and form.is_valid() and form.cleaned_data.get("reads")),
             "actions": actions,
             "principals": principals,
         },
