@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 
 from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
-from controlplane.iam.access import authorize, check
+from controlplane.iam.access import authorize, check, decide
 from controlplane.iam.principals import Principal, for_membership
 from controlplane.tenants.models import Membership
 
@@ -70,6 +70,15 @@ def may(request: HttpRequest, action: str, resource: str = "*", **context) -> bo
         request=request,
         context=context or None,
         audit_allowed=not is_refresh(request),
+    )
+    return decision.allowed
+
+
+def can(request: HttpRequest, action: str, resource: str = "*", **context) -> bool:
+    """Whether the page's principal would be allowed ``action``: for showing or disabling a
+    button. Not audited (nothing is done or read; the action itself is audited when taken)."""
+    decision, _ = decide(
+        request.principal, action, resource, request=request, context=context or None
     )
     return decision.allowed
 

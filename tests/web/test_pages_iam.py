@@ -152,14 +152,20 @@ def test_api_keys_are_shown_once_and_revoked(alice) -> None:
     page = alice.get("/iam/keys").content.decode()
     first = ApiKey.objects.get(user=alice.user)
     assert first.prefix in page and "active" in page
-    r = alice.post("/iam/keys", {"name": "laptop", "owner": "me", "expires_in_days": "30"})
+    made = alice.post("/iam/keys", {"name": "laptop", "owner": "me", "expires_in_days": "30"})
+    assert made.status_code == 302  # post/redirect/get: a reload never makes another key
+    r = alice.get(made["Location"])
     body = r.content.decode()
     assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
     raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', body).group(1)
     assert 'class="secret"' in body and 'data-copy="#raw-key"' in body
     key = api_key_for(raw)
     assert key is not None and key.user_id == alice.user.pk and key.name == "laptop"
-    assert raw not in alice.get("/iam/keys").content.decode()  # once
+    assert made["Location"] == f"/iam/keys?owner=me&created={key.prefix}"
+    reloaded = alice.get(made["Location"]).content.decode()
+    assert raw not in reloaded and "was shown once" in reloaded  # once
+    assert ApiKey.objects.filter(user=alice.user).count() == 2
+    assert raw not in alice.get("/iam/keys").content.decode()
     r = alice.post("/iam/keys", {"name": "", "owner": "me", "expires_in_days": "0"})
     assert r.status_code == 400 and "greater than or equal to 1" in r.content.decode()
     r = alice.post(f"/iam/keys/{key.prefix}/revoke")
@@ -172,7 +178,7 @@ def test_role_keys_need_the_roles_trust(alice) -> None:
     body = r.content.decode()
     assert r.status_code == 400 and "does not let" in body and 'id="id_owner_error"' in body
     trusting(alice)
-    r = alice.post("/iam/keys", {"name": "ci", "owner": "role:Deployer"})
+    r = alice.get(alice.post("/iam/keys", {"name": "ci", "owner": "role:Deployer"})["Location"])
     assert r.status_code == 200
     raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', r.content.decode()).group(1)
     key = api_key_for(raw)
@@ -290,7 +296,7 @@ def test_bob_the_member_is_refused_what_members_may_not_do(alice, bob) -> None:
     assert bob.post(f"/iam/keys/{alice_key.prefix}/revoke").status_code == 403
     # his own keys he may make and revoke
     r = bob.post("/iam/keys", {"name": "bob laptop", "owner": "me"})
-    assert r.status_code == 200
+    assert r.status_code == 302
     mine = ApiKey.objects.get(name="bob laptop")
     assert bob.post(f"/iam/keys/{mine.prefix}/revoke").status_code == 302
     other, _ = api_key_create(tenant=alice.tenant, user=alice.user, name="alice ci")
@@ -332,8 +338,10 @@ def test_simulator_takes_condition_keys(alice, bob) -> None:
 
 
 def _invite(person, email: str, role: str = "member") -> str:
-    r = person.post("/iam/users/invite", {"email": email, "role": role})
-    assert r.status_code == 200, r.content
+    made = person.post("/iam/users/invite", {"email": email, "role": role})
+    assert made.status_code == 302, made.content  # post/redirect/get
+    r = person.get(made["Location"])
+    assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
     page = r.content.decode()
     match = re.search(r"/invitations/accept\?token=(inv-[\w-]+)", page)
     assert match and "shown <strong>only now</strong>" in page
@@ -394,3 +402,43 @@ def test_change_a_members_role_and_remove_them(alice, bob) -> None:
     assert r.status_code == 302 and r["Location"] == "/iam/users"
     assert not Membership.objects.filter(user__email="bob@example.com").exists()
     assert not ApiKey.objects.filter(user__email="bob@example.com", revoked_at=None).exists()
+
+
+def test_a_reload_of_the_invitation_page_shows_no_link_and_invites_nobody(alice, bob, charlie):
+    from controlplane.tenants.models import Invitation
+
+    made = alice.post("/iam/users/invite", {"email": "erin@example.com", "role": "admin"})
+    token = re.search(r"token=(inv-[\w-]+)", alice.get(made["Location"]).content.decode()).group(1)
+    again = alice.get(made["Location"]).content.decode()
+    assert token not in again and "was shown once" in again
+    assert Invitation.objects.filter(email="erin@example.com").count() == 1
+    # pending on the members page, and revocable there
+    members = alice.get("/iam/users").content.decode()
+    assert "Pending invitations" in members and "erin@example.com" in members
+    invitation = Invitation.objects.get(email="erin@example.com")
+    assert charlie.get(made["Location"]).status_code == 404
+    assert charlie.post(f"/iam/users/invitations/{invitation.pk}/revoke").status_code == 404
+    assert "erin@example.com" not in charlie.get("/iam/users").content.decode()
+    assert bob.post(f"/iam/users/invitations/{invitation.pk}/revoke").status_code == 403
+    gone = alice.post(f"/iam/users/invitations/{invitation.pk}/revoke")
+    assert gone.status_code == 302 and not Invitation.objects.filter(pk=invitation.pk).exists()
+    refused = type(alice)().post("/invitations/accept", {"token": token, "password": PASSWORD})
+    assert refused.status_code == 404
+    assert "No invitation is waiting" in alice.get("/iam/users").content.decode()
+
+
+def test_inviting_a_member_warns_and_invites_nobody(alice, bob):
+    from controlplane.tenants.models import Invitation
+
+    page = alice.get("/iam/users").content.decode()
+    assert 'id="member-emails"' in page and "bob@example.com" in page  # the form warns as you type
+    r = alice.post("/iam/users/invite", {"email": "Bob@example.com", "role": "admin"})
+    body = r.content.decode()
+    assert r.status_code == 400 and 'id="invite_email_error"' in body
+    assert "already a member of this account (member)" in body
+    assert not Invitation.objects.exists()
+
+
+def test_a_member_sees_the_invite_form_as_not_theirs(bob):
+    page = bob.get("/iam/users").content.decode()
+    assert "Create invitation" not in page and "iam:CreateUser" in page

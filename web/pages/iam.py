@@ -25,7 +25,15 @@ from ..context import allow, page
 from ..formkit import Form, code_area, submit
 from ..iam_keys import key_list, key_revoke
 from ..iam_members import RoleForm as MembershipForm
-from ..iam_members import member_invite, member_list, member_remove, member_role, member_url
+from ..iam_members import (
+    invitation_detail,
+    invitation_revoke,
+    member_invite,
+    member_list,
+    member_remove,
+    member_role,
+    member_url,
+)
 from ..iam_simulator import catalogue, simulator
 
 EXAMPLE_POLICY = {
@@ -143,7 +151,16 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
     else:
         allow(request, "iam:GetRole", arn)
         role = selectors.role_get(tenant=request.tenant, name=name)
-        form = TrustForm(initial={"trust_policy": pretty(role.trust_policy)})
+        document = role.trust_policy
+        if request.GET.get("template") == "members":
+            document = services.trust_for_members(request.tenant.account_id)
+            messages.info(
+                request,
+                "The trust policy below lets training sessions run as the role and every member "
+                "of this account assume it (to make API keys that act as it). Nothing is saved "
+                "until you press Save.",
+            )
+        form = TrustForm(initial={"trust_policy": pretty(document)})
     return _editor(
         request,
         form,
@@ -362,6 +379,12 @@ urlpatterns = [
     ),
     path("iam/users", member_list, name="iam_users"),
     path("iam/users/invite", member_invite, name="iam_user_invite"),
+    path("iam/users/invitations/<int:invitation_id>", invitation_detail, name="iam_invitation"),
+    path(
+        "iam/users/invitations/<int:invitation_id>/revoke",
+        invitation_revoke,
+        name="iam_invitation_revoke",
+    ),
     path("iam/users/<str:username>/membership", member_role, name="iam_user_membership"),
     path("iam/users/<str:username>/remove", member_remove, name="iam_user_remove"),
     path("iam/users/<str:username>", user_detail, name="iam_user"),
