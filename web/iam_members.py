@@ -73,6 +73,7 @@ def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) ->
         "invite_days": settings.INVITATION_TTL_DAYS,
         "pending": pending,
         "may_invite": can(request, "iam:CreateUser", user_arn(tenant, "*")),
+        "may_read_members": can(request, "iam:GetUser", user_arn(tenant, "*")),
         "members_json": [m.user.get_username() for m in members],
     }
     return render(request, "web/iam/users.html", context, status=status)

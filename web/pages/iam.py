@@ -108,7 +108,7 @@ def role_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "web/iam/roles.html",
-        {"roles": roles, "form": form},
+        {"roles": roles, "form": form, "role_wildcard": role_arn(request.tenant, "*")},
         status=400 if form.is_bound else 200,
     )
 
