@@ -558,3 +558,25 @@ def test_live_refreshes_are_audited_only_when_refused(alice, bob, worker):
     refused = bob.get(f"/sessions/{session.id}", headers={"X-Fragment": "1"})
     assert refused.status_code == 403
     assert rows.filter(allowed=False, principal__endswith="bob@example.com").count() == 1
+
+
+def test_the_form_prices_a_run_before_anything_is_spent(alice, worker):
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from controlplane.metering.services import price_set
+
+    price_set(base_model="*", meter="train_tokens", per_million=Decimal("0.30"),
+              effective_from=datetime(2025, 1, 1, tzinfo=UTC))  # fmt: skip
+    html = alice.get("/sessions/new").content.decode()
+    assert "What it costs." in html and "training tokens $0.30" in html
+    # 1,000 steps × 8 sequences × 512 tokens = 4,096,000 training tokens at $0.30 per million
+    assert "4,096,000" in html and "$1.2288" in html
+    assert 'id="estimate-prices"' in html and '"train_tokens": "0.300000"' in html
+
+
+def test_the_rank_limit_is_the_engines():
+    from controlplane.training_sessions.services.lora import MAX_LORA_RANK
+    from workers.engine.host import HostConfig
+
+    assert HostConfig().max_lora_rank == MAX_LORA_RANK

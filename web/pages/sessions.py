@@ -11,6 +11,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -30,6 +31,7 @@ from controlplane.training_sessions.services import submit
 from .. import session_page as sp
 from .. import session_reads as reads
 from ..context import allow, is_fragment, may, page
+from ..prices import price_book, training_estimate
 from ..session_form import SessionForm, add_domain_error
 
 PER_PAGE = 25
@@ -158,10 +160,22 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Session {session.id} created; its model is starting.")
                 return redirect(f"/sessions/{session.id}")
     idle_minutes = settings.SESSION_IDLE_TIMEOUT_SECONDS // 60
+    now = timezone.now()
+    book = price_book()
+    estimates = {
+        m: training_estimate(base_model=m, now=now, book=book) for m in choices["base_models"]
+    }
+    chosen = form["base_model"].value() or next(iter(estimates), None)
     return render(
         request,
         "web/sessions/new.html",
-        {"form": form, "idle_minutes": idle_minutes, **choices},
+        {
+            "form": form,
+            "idle_minutes": idle_minutes,
+            "estimate": estimates.get(chosen) if chosen else None,
+            "estimate_prices": {m: e["prices"] for m, e in estimates.items()},
+            **choices,
+        },
         status=status,
     )
 
