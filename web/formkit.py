@@ -33,6 +33,7 @@ class Form(forms.Form):
         if self.id_prefix:
             kwargs.setdefault("auto_id", f"{self.id_prefix}_%s")
         super().__init__(*args, **kwargs)
+        self.error_paths: dict[str, str] = {}
 
     def as_rows(self) -> SafeString:
         top = format_html_join(
@@ -53,6 +54,8 @@ class Form(forms.Form):
         if head not in self.fields:
             self.add_error(None, exc.detail)
             return
+        # where in the field the error is (``Statement[0].Action``), for an editor to mark
+        self.error_paths[head] = name[len(head) :].lstrip(".")
         # the label names the field: "name: too long" reads "too long" under it, and
         # "document.Statement[0].Action: …" reads "Statement[0].Action: …"
         detail = exc.detail.removeprefix(f"{head}: ") if name == head else exc.detail

@@ -70,7 +70,7 @@ def lora_view(lora: dict) -> list[tuple[str, str]]:
     is not set."""
     keys = [k for k in LORA_ORDER if k in lora] + sorted(set(lora) - set(LORA_ORDER))
     return [
-        (LORA_NAMES.get(k, k.replace("_", " ")), number(lora[k]))
+        (LORA_NAMES.get(k, k.replace("_", " ")), str(lora[k]) if k == "seed" else number(lora[k]))
         for k in keys
         if lora[k] is not None
     ]

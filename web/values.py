@@ -67,8 +67,12 @@ def seconds(value: float | None) -> str:
     """0.42 s, 4.2 s, 95 s, 3 min 10 s."""
     if value is None:
         return NOTHING
+    if value < 0.001:
+        return "under 1 ms"
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
     if value < 10:
-        return f"{value:.2g} s" if value < 1 else f"{value:.1f} s"
+        return f"{value:.1f} s"
     if value < 120:
         return f"{value:.0f} s"
     minutes, rest = divmod(round(value), 60)

@@ -112,6 +112,22 @@ def test_policy_editor_shows_errors_in_place_and_saves(alice) -> None:
     assert alice.get(edit).status_code == 404
 
 
+def test_the_policy_editor_numbers_lines_and_marks_the_errors_line(alice, charlie) -> None:
+    url = "/iam/roles/LoopwrightSessionRole/policies/new"
+    text = json.dumps(BAD, indent=2)
+    wrong = next(i for i, line in enumerate(text.splitlines(), 1) if "Allw" in line)
+    body = alice.post(url, {"policy_name": "readers", "document": text}).content.decode()
+    assert f'<li id="line-{wrong}" class="marked">{wrong}</li>' in body
+    assert f'<a href="#line-{wrong}" class="line-ref">Line {wrong}</a>:' in body
+    assert body.count('<li id="line-') == len(text.splitlines())
+    broken = '{\n  "Version": "2012-10-17",\n  "Statement": [\n    {"Effect": "Allow",}\n  ]\n}'
+    body = alice.post(url, {"policy_name": "readers", "document": broken}).content.decode()
+    assert '<li id="line-4" class="marked">4</li>' in body and "Line 4" in body
+    trusting(alice)  # a role charlie's account does not have
+    theirs = "/iam/roles/Deployer/policies/new"
+    assert charlie.post(theirs, {"policy_name": "x", "document": text}).status_code == 404
+
+
 def test_trust_policy_editor(alice) -> None:
     trusting(alice)
     url = "/iam/roles/Deployer/trust-policy"
@@ -301,6 +317,32 @@ def test_bob_the_member_is_refused_what_members_may_not_do(alice, bob) -> None:
     assert bob.post(f"/iam/keys/{mine.prefix}/revoke").status_code == 302
     other, _ = api_key_create(tenant=alice.tenant, user=alice.user, name="alice ci")
     assert bob.post(f"/iam/keys/{other.prefix}/revoke").status_code == 403
+
+
+def test_simulator_takes_several_actions_and_checks_the_resource(alice, bob, charlie) -> None:
+    page = alice.get("/iam/simulator").content.decode()
+    assert "data-action-search" in page and 'data-text="iam:createapikey' in page
+    asked = [("principal", "user:bob@example.com"), ("action", "iam:CreateRole"),
+             ("action", "registry:ListModelPackageGroups"), ("action", "sessions:Sample")]  # fmt: skip
+    from urllib.parse import urlencode
+
+    body = alice.get(f"/iam/simulator?{urlencode(asked)}").content.decode()
+    assert "2 of 3 allowed" in body
+    assert "Denied: <code>iam:CreateRole</code>" in body
+    assert "Allowed: <code>registry:ListModelPackageGroups</code>" in body
+    assert body.count('value="sessions:Sample" checked') == 1  # what was asked stays ticked
+    for resource, says in (
+        ("not-an-arn", "not an ARN"),
+        (f"arn:loopwright:iam::{charlie.tenant.account_id}:role/X", "only this account"),
+    ):
+        r = alice.get(f"/iam/simulator?{urlencode([*asked, ('resource', resource)])}")
+        assert r.status_code == 400 and says in r.content.decode(), resource
+        assert 'id="id_resource_error"' in r.content.decode() or "errorlist" in r.content.decode()
+    key = f"arn:loopwright:kms::{alice.tenant.account_id}:key/abc"
+    r = alice.get(
+        f"/iam/simulator?{urlencode([asked[0], ('action', 'iam:GetRole'), ('resource', key)])}"
+    )
+    assert "iam:GetRole applies to role ARNs; this resource is a key" in r.content.decode()
 
 
 def test_simulator_takes_condition_keys(alice, bob) -> None:

@@ -35,6 +35,7 @@ from ..iam_members import (
     member_url,
 )
 from ..iam_simulator import catalogue, simulator
+from ..json_lines import error_line
 
 EXAMPLE_POLICY = {
     "Version": "2012-10-17",
@@ -152,7 +153,9 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
         allow(request, "iam:GetRole", arn)
         role = selectors.role_get(tenant=request.tenant, name=name)
         document = role.trust_policy
-        if request.GET.get("template") == "members":
+        if request.GET.get("template") == "sessions":
+            document = services.DEFAULT_TRUST_POLICY
+        elif request.GET.get("template") == "members":
             document = services.trust_for_members(request.tenant.account_id)
             messages.info(
                 request,
@@ -171,6 +174,10 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
         title=f"Trust policy of {name}",
         action=f"/iam/roles/{name}/trust-policy",
         trust=True,
+        templates=[
+            ("sessions", "Training sessions only (the default)"),
+            ("members", "Training sessions and this account's members"),
+        ],
     )
 
 
@@ -277,12 +284,20 @@ def _editor(
     title: str,
     action: str,
     trust: bool = False,
+    templates: list[tuple[str, str]] | None = None,
 ) -> HttpResponse:
+    code = form["trust_policy" if trust else "document"]
+    text = code.value() or ""
+    marked = error_line(text, form.error_paths.get(code.name, "")) if code.errors else None
     return render(
         request,
         "web/iam/policy_editor.html",
         {
             "form": form,
+            "code": code,
+            "others": [f for f in form.visible_fields() if f.name != code.name],
+            "lines": range(1, text.count("\n") + 2),
+            "marked": marked,
             "owner_kind": owner_kind,
             "owner": owner,
             "owner_arn": owner_arn,
@@ -290,6 +305,7 @@ def _editor(
             "title": title,
             "action": action,
             "trust": trust,
+            "templates": templates or [],
             "catalogue": catalogue(),
         },
         status=400 if form.is_bound else 200,
