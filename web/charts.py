@@ -107,10 +107,15 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:
-    """Tick values (in log10 units) for a log axis over [lo, hi] (log10 units)."""
-    if hi - lo >= 2:
-        return [float(t) for t in range(math.floor(lo), math.ceil(hi) + 1)]
-    return [math.log10(v) for v in nice_ticks(10**lo, 10**hi) if v > 0] or [lo, hi]
+    """Tick values (in log10 units) for a log axis over [lo, hi] (log10 units): whole decades
+    over a wide range, else 1, 2 and 5 times each decade, always covering the range."""
+    first, last = math.floor(lo), math.ceil(hi)
+    if last - first >= 3:
+        return [float(t) for t in range(first, last + 1)]
+    marks = sorted(math.log10(m * 10.0**k) for k in range(first - 1, last + 1) for m in (1, 2, 5))
+    below = max((t for t in marks if t <= lo + 1e-9), default=float(first))
+    above = min((t for t in marks if t >= hi - 1e-9), default=float(last))
+    return [t for t in marks if below - 1e-9 <= t <= above + 1e-9]
 
 
 def line_chart(

@@ -110,12 +110,14 @@ def curves(request: HttpRequest, session: Session, models, view: View) -> dict:
     runs = reads.group_runs(tenant=tenant, session=session)
     chosen = [r for r in runs if r.id in view.compare]
     found = reads.curves(tenant=tenant, session=session, models=models, compare=chosen)
-    options = {"x_label": found.x_label, "log_y": view.log_y, "smooth": view.smooth}
+    options = {"x_label": found.x_label, "smooth": view.smooth}
     return {
-        "loss_chart": line_chart("Loss per token", found.loss, **options) if found.loss else None,
-        "reward_chart": (
-            line_chart("Rewards", found.rewards, **options) if found.rewards else None
+        "loss_chart": (
+            line_chart("Loss per token", found.loss, log_y=view.log_y, **options)
+            if found.loss
+            else None
         ),
+        "reward_chart": line_chart("Rewards", found.rewards, **options) if found.rewards else None,
         "group": reads.group_of(session),
         "runs": runs,
         "chosen": {r.id for r in chosen},

@@ -3,6 +3,8 @@ one session's page (timeline, curves, checkpoints, snippet) and Stop; charlie se
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from controlplane.tenants.models import Membership, StorageLocation, Subnet
@@ -580,3 +582,21 @@ def test_the_rank_limit_is_the_engines():
     from workers.engine.host import HostConfig
 
     assert HostConfig().max_lora_rank == MAX_LORA_RANK
+
+
+def test_curves_smoothing_and_log_ticks():
+    from web.charts import Series, ema, line_chart
+
+    assert ema([1.0, 1.0, 1.0], 0.9) == pytest.approx([1.0, 1.0, 1.0])  # debiased from the start
+    assert ema([0.0, 10.0], 0.5) == pytest.approx([0.0, 20 / 3])
+    assert ema([3.0, 1.0], 0.0) == [3.0, 1.0]
+    points = [(float(x), 8.0 / x) for x in range(1, 21)]
+    svg = line_chart("Loss per token", [Series("loss", points)], log_y=True)
+    ticks = re.findall(r'class="tick"[^>]*text-anchor="end">([^<]+)<', svg)
+    assert ticks == ["0.2", "0.5", "1", "2", "5", "10"]
+    with_zero = line_chart(
+        "Loss", [Series("loss", [(1.0, 0.0), (2.0, 1.0), (3.0, 0.5)])], log_y=True
+    )
+    assert with_zero.count("<circle") == 2  # a log scale leaves out what is not above zero
+    nothing = line_chart("Loss", [Series("loss", [(1.0, 0.0)])], log_y=True)
+    assert "above zero" in nothing
