@@ -50,6 +50,12 @@ def browser_page(width: int = 1280, height: int = 900, color_scheme: str = "ligh
             )
             yield context.new_page()
         finally:
+            # While Playwright's loop runs in this thread, the ORM's queries (a test checking
+            # the database between clicks) get connections of their own: close them here, or
+            # they outlive the test database.
+            from django.db import connections
+
+            connections.close_all()
             browser.close()
 
 

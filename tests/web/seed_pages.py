@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane.fleet.services import worker_register
@@ -48,6 +49,12 @@ def _train(model, steps: int, start: float) -> None:
 
 
 def seed_pages(tmp_path) -> Seeded:
+    # one transaction, as the services expect (the tests that use it commit for the browser)
+    with transaction.atomic():
+        return _seed(tmp_path)
+
+
+def _seed(tmp_path) -> Seeded:
     key_id = seed_resources(tmp_path)
     worker_register(
         name="gpu0",
