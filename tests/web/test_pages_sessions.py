@@ -145,7 +145,9 @@ def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change,
         ),
     ],
 )
-def test_the_api_refuses_the_same_adapters_before_making_a_model(alice, worker, lora, field):
+def test_the_api_refuses_the_same_adapters_before_making_a_model(
+    alice, charlie, worker, lora, field
+):
     from rest_framework.test import APIClient
 
     api = APIClient()
@@ -160,6 +162,10 @@ def test_the_api_refuses_the_same_adapters_before_making_a_model(alice, worker, 
     refused = api.post("/api/v1/create_model", body, format="json")
     assert refused.status_code == 400 and refused.json()["field"] == field, refused.content
     assert not TrainingModel.objects.filter(session_id=sid).exists()
+    theirs = APIClient()
+    theirs.credentials(HTTP_X_API_KEY=charlie.api_key)
+    good = body | {"lora_config": {"rank": 8}}
+    assert theirs.post("/api/v1/create_model", good, format="json").status_code == 404
 
 
 def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_slot(
@@ -186,7 +192,7 @@ def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_sl
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
-def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, worker):
+def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, charlie, worker):
     session, _ = new_session(alice)
     op = submit.model_create(
         tenant=alice.tenant,
@@ -198,6 +204,8 @@ def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, worker)
     finish(op, error="out of memory")
     session.refresh_from_db()
     assert session.state == Session.State.ACTIVE
+    assert "could not be created" not in alice.get(f"/sessions/{session.id}").content.decode()
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
 def test_another_tenants_role_is_not_found_on_the_role_field(alice, charlie, worker):
@@ -427,7 +435,7 @@ def test_failovers_are_told_in_plain_words(alice, charlie, worker):
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
-def test_a_member_without_stop_sees_the_button_disabled_with_the_reason(alice, worker):
+def test_a_member_without_stop_sees_the_button_disabled_with_the_reason(alice, charlie, worker):
     from controlplane.iam.services import user_policy_put
     from controlplane.tenants.selectors import membership_get
 
@@ -445,6 +453,7 @@ def test_a_member_without_stop_sees_the_button_disabled_with_the_reason(alice, w
     html = vic.get(f"/sessions/{session.id}").content.decode()
     assert "You may not stop it (sessions:StopTrainingSession)" in html
     assert 'action="/sessions/' + session.id + '/stop"' not in html
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
 def test_loss_per_step_sums_the_passes_of_each_step():
