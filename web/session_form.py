@@ -57,8 +57,6 @@ def id_list(raw: str) -> list[str]:
 class SessionForm(forms.Form):
     """A training session with one LoRA model. Only the shape of the input is checked here."""
 
-    label_suffix = ""
-
     # the service's field names (or their prefixes, most specific first) → this form's fields
     FIELDS = {
         "lora_config.rank": "rank",
@@ -123,6 +121,7 @@ class SessionForm(forms.Form):
     )
 
     def __init__(self, *args, base_models=(), kms_keys=(), **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")  # the labels are headings, not "Name:"
         super().__init__(*args, **kwargs)
         self.fields["base_model"].widget.choices = [(m, m) for m in base_models] or [
             ("", "No base model is served right now")

@@ -66,7 +66,8 @@ def test_a_refusal_reads_as_words_not_a_policy_dump(vera):
     body = r.content.decode()
     assert r.status_code == 403
     assert "do not let you do this" in body and "list the account&#x27;s roles" in body.lower()
-    assert "You are billing viewer of this account" in body
+    assert "You are a billing viewer of this account" in body
+    assert 'href="/iam/users"' not in body  # a page they could not open either
     assert "<details><summary>Why, exactly</summary>" in body  # the evaluator's reason, folded
     assert body.index("do not let you do this") < body.index("is not authorized to perform")
 
