@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from django import forms
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 
 
-class SignupForm(forms.Form):
-    label_suffix = ""
+class PlainForm(forms.Form):
+    """Labels without a colon: they read as headings of their fields."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+
+class SignupForm(PlainForm):
     email = forms.CharField(
         label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
     )
@@ -28,10 +35,8 @@ class SignupForm(forms.Form):
     )
 
 
-class AcceptForm(forms.Form):
+class AcceptForm(PlainForm):
     """Joining an account by invitation: a password for a new login (none when signed in)."""
-
-    label_suffix = ""
 
     token = forms.CharField(widget=forms.HiddenInput, max_length=200)
     password = forms.CharField(
@@ -43,9 +48,7 @@ class AcceptForm(forms.Form):
     )
 
 
-class LoginForm(forms.Form):
-    label_suffix = ""
-
+class LoginForm(PlainForm):
     email = forms.CharField(
         label="Email", max_length=254, widget=forms.EmailInput(attrs={"autocomplete": "email"})
     )
@@ -59,6 +62,7 @@ class LoginForm(forms.Form):
 def show_error(form: forms.Form, exc: DomainError) -> None:
     """A service's error on the field it names (without the name, which the label shows), or
     above the form."""
+    note_failure(exc.detail)
     if exc.field in form.fields:
         form.add_error(exc.field, exc.detail.removeprefix(f"{exc.field}: "))
     else:

@@ -4,13 +4,16 @@ default), as the same IAM principal the API uses. ``page`` wraps every dashboard
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from controlplane.errors import DomainError
-from controlplane.iam.access import authorize, check
+from controlplane.audit.outcomes import note_failure
+from controlplane.errors import AccessDenied, DomainError
+from controlplane.iam.access import authorize, check, decide
+from controlplane.iam.actions import ACTIONS
 from controlplane.iam.principals import Principal, for_membership
 from controlplane.tenants.models import Membership
 
@@ -73,6 +76,34 @@ def may(request: HttpRequest, action: str, resource: str = "*", **context) -> bo
     return decision.allowed
 
 
+def can(request: HttpRequest, action: str, resource: str = "*", **context) -> bool:
+    """Whether the page's principal would be allowed ``action``: for showing or disabling a
+    button. Not audited (nothing is done or read; the action itself is audited when taken)."""
+    decision, _ = decide(
+        request.principal, action, resource, request=request, context=context or None
+    )
+    return decision.allowed
+
+
+_REFUSED = re.compile(r"not authorized to perform (\S+) on (\S+?):")
+
+
+def refusal(request: HttpRequest, error: DomainError) -> dict:
+    """A 403 in words: what the person tried (the action's description), as whom, and who can
+    help; the policy evaluator's own reason is kept for those who want it."""
+    found = _REFUSED.search(error.detail) if isinstance(error, AccessDenied) else None
+    if found is None:
+        return {}
+    action = found.group(1)
+    spec = ACTIONS.get(action)
+    return {
+        "denied_action": action,
+        "denied_what": spec.description if spec else action,
+        "denied_resource": found.group(2),
+        "membership": getattr(request.principal, "membership", None),
+    }
+
+
 def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """A dashboard page: login required; ``request.principal`` and ``request.tenant`` set; a
     DomainError renders as a page with its status (another tenant's thing is a plain 404)."""
@@ -87,10 +118,11 @@ def page(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         try:
             return view(request, *args, **kwargs)
         except DomainError as e:
+            note_failure(e.detail)
             return render(
                 request,
                 "web/errors/problem.html",
-                {"status": e.status, "detail": e.detail, "code": e.code},
+                {"status": e.status, "detail": e.detail, "code": e.code} | refusal(request, e),
                 status=e.status,
             )
 

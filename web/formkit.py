@@ -11,6 +11,7 @@ from django import forms
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 
 T = TypeVar("T")
@@ -32,6 +33,7 @@ class Form(forms.Form):
         if self.id_prefix:
             kwargs.setdefault("auto_id", f"{self.id_prefix}_%s")
         super().__init__(*args, **kwargs)
+        self.error_paths: dict[str, str] = {}
 
     def as_rows(self) -> SafeString:
         top = format_html_join(
@@ -46,8 +48,18 @@ class Form(forms.Form):
     def add_domain_error(self, exc: DomainError) -> None:
         """Put a service's error on the field it names (``document.Statement[0]`` → document),
         or on top of the form when it names none of the form's fields."""
-        head = _HEAD.split(exc.field or "", maxsplit=1)[0]
-        self.add_error(head if head in self.fields else None, exc.detail)
+        note_failure(exc.detail)
+        name = exc.field or ""
+        head = _HEAD.split(name, maxsplit=1)[0]
+        if head not in self.fields:
+            self.add_error(None, exc.detail)
+            return
+        # where in the field the error is (``Statement[0].Action``), for an editor to mark
+        self.error_paths[head] = name[len(head) :].lstrip(".")
+        # the label names the field: "name: too long" reads "too long" under it, and
+        # "document.Statement[0].Action: …" reads "Statement[0].Action: …"
+        detail = exc.detail.removeprefix(f"{head}: ") if name == head else exc.detail
+        self.add_error(head, detail.removeprefix(f"{head}."))
 
 
 def row(field: forms.BoundField) -> SafeString:

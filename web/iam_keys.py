@@ -1,5 +1,7 @@
 """The API keys page: the keys of the logged-in user or of one of the account's roles, a new key
-(its raw value shown in that response only) and revocation, authorized as the API's key routes."""
+(its raw value shown once, by the page the form redirects to) and revocation, authorized as the
+API's key routes. A role whose trust policy does not name the person is marked, with the way to
+change it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from controlplane.iam.resources import api_key_arn, user_arn
 from controlplane.tenants import selectors, services
 from controlplane.tenants.models import ApiKey
 
-from .context import allow, may, page
+from . import shown_once
+from .context import allow, can, may, page
 from .formkit import Form, submit
 
 ME = "me"
@@ -43,13 +46,19 @@ class KeyForm(Form):
         self.fields["owner"].choices = owners
 
 
-def _owner_choices(request: HttpRequest) -> list[tuple[str, str]]:
-    """You, and the account's roles when you may list them."""
+def _owner_choices(request: HttpRequest) -> tuple[list[tuple[str, str]], list]:
+    """You, and the account's roles when you may list them; and the roles whose trust policy
+    does not let you assume them (a key for them would be refused)."""
     choices = [(ME, f"You ({request.principal.arn})")]
+    untrusting = []
     if may(request, "iam:ListRoles"):
-        roles = iam_selectors.roles(tenant=request.tenant)
-        choices += [(f"role:{r.name}", f"Role {r.name}") for r in roles]
-    return choices
+        for role in iam_selectors.roles(tenant=request.tenant):
+            if iam_services.role_trusts(role, request.principal.arn):
+                choices.append((f"role:{role.name}", f"Role {role.name}"))
+            else:
+                choices.append((f"role:{role.name}", f"Role {role.name} (does not trust you)"))
+                untrusting.append(role)
+    return choices, untrusting
 
 
 def _owner(request: HttpRequest, choice: str, action: str):
@@ -70,31 +79,35 @@ def key_status(key: ApiKey, now) -> str:
     return "active"
 
 
-@never_cache  # a new key's raw value is in the response: no cache may keep it
+def _create(request: HttpRequest, data: dict):
+    owner = _owner(request, data["owner"], "iam:CreateApiKey")
+    if data["owner"] != ME:
+        # using a role's key is assuming the role: its trust policy must name the caller
+        iam_services.trust_required(owner, request.principal.arn, field="owner")
+    return services.api_key_create(
+        tenant=request.tenant,
+        name=data["name"],
+        expires_in_days=data["expires_in_days"],
+        **({"role": owner} if data["owner"] != ME else {"user": owner}),
+    )
+
+
+@never_cache  # the page that shows a new key's raw value: no cache may keep it
 @page
 @require_http_methods(["GET", "POST"])
 def key_list(request: HttpRequest) -> HttpResponse:
-    owners = _owner_choices(request)
-    created, raw = None, None
+    owners, untrusting = _owner_choices(request)
     form = KeyForm(request.POST if request.method == "POST" else None, owners=owners)
     if request.method == "POST":
-
-        def create(data: dict):
-            owner = _owner(request, data["owner"], "iam:CreateApiKey")
-            if data["owner"] != ME:
-                # using a role's key is assuming the role: its trust policy must name the caller
-                iam_services.trust_required(owner, request.principal.arn, field="owner")
-            return services.api_key_create(
-                tenant=request.tenant,
-                name=data["name"],
-                expires_in_days=data["expires_in_days"],
-                **({"role": owner} if data["owner"] != ME else {"user": owner}),
-            )
-
-        made = submit(form, create)
+        made = submit(form, lambda data: _create(request, data))
         if made is not None:
-            created, raw = made
-            form = KeyForm(owners=owners, initial={"owner": form.cleaned_data["owner"]})
+            key, raw = made
+            # post/redirect/get: the key is shown by the page the browser is sent to, once
+            shown_once.keep(request, "key", key.prefix, {"raw": raw, "name": key.name})
+            owner = form.cleaned_data["owner"]
+            return redirect(f"/iam/keys?{urlencode({'owner': owner, 'created': key.prefix})}")
+    created = request.GET.get("created", "")
+    fresh = shown_once.take(request, "key", created) if created else None
     shown = (request.POST if request.method == "POST" else request.GET).get("owner") or ME
     if shown not in dict(owners):
         shown = ME
@@ -102,7 +115,10 @@ def key_list(request: HttpRequest) -> HttpResponse:
     found = selectors.api_keys(tenant=request.tenant)
     found = found.filter(role=owner) if shown != ME else found.filter(user=owner)
     now = timezone.now()
-    rows = [(k, key_status(k, now)) for k in found]
+    rows = [(k, key_status(k, now), _may_revoke(request, k)) for k in found]
+    if not form.is_bound:
+        form = KeyForm(owners=owners, initial={"owner": shown})
+    may_create = can(request, "iam:CreateApiKey", request.principal.arn)
     return render(
         request,
         "web/iam/keys.html",
@@ -113,9 +129,24 @@ def key_list(request: HttpRequest) -> HttpResponse:
             "shown_label": dict(owners)[shown],
             "form": form,
             "created": created,
-            "raw_key": raw,
+            "fresh": fresh,
+            "untrusting": untrusting,
+            "may_create": may_create,
+            "may_edit_trust": {
+                r.name for r in untrusting if can(request, "iam:UpdateAssumeRolePolicy", r.arn)
+            },
         },
-        status=400 if form.is_bound and created is None else 200,
+        status=400 if form.is_bound else 200,
+    )
+
+
+def _may_revoke(request: HttpRequest, key: ApiKey) -> bool:
+    owner = key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
+    return can(
+        request,
+        "iam:RevokeApiKey",
+        api_key_arn(request.tenant, key.prefix),
+        **{"iam:ApiKeyOwner": owner},
     )
 
 

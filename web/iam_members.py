@@ -1,6 +1,8 @@
-"""Members of the account from the dashboard: invite someone (the invitation link is shown
-once), change a member's membership role, remove a member. The same services and IAM actions as
-the API (``iam:CreateUser``, ``iam:UpdateUser``, ``iam:DeleteUser``)."""
+"""Members of the account from the dashboard: invite someone (the invitation link is shown once,
+by the page the form redirects to), the invitations still pending and their revocation, change a
+member's membership role, remove a member. The same services and IAM actions as the API
+(``iam:CreateUser``, ``iam:UpdateUser``, ``iam:DeleteUser``; revoking an invitation is
+``iam:DeleteUser`` on the invited address)."""
 
 from __future__ import annotations
 
@@ -11,15 +13,19 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
 from controlplane.tenants import selectors as tenants
 from controlplane.tenants import services
 from controlplane.tenants.models import Membership
 
-from .context import allow, page
+from . import shown_once
+from .context import allow, can, page
 from .formkit import Form, submit
 
 ROLE_CHOICES = Membership.Role.choices
@@ -54,9 +60,22 @@ def member_list(request: HttpRequest) -> HttpResponse:
 
 def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) -> HttpResponse:
     allow(request, "iam:ListUsers")
-    members = tenants.memberships(tenant=request.tenant).prefetch_related("policies")
-    rows = [(m, user_arn(request.tenant, m.user.get_username())) for m in members]
-    context = {"rows": rows, "invite": invite, "invite_days": settings.INVITATION_TTL_DAYS}
+    tenant = request.tenant
+    members = tenants.memberships(tenant=tenant).prefetch_related("policies")
+    rows = [(m, user_arn(tenant, m.user.get_username())) for m in members]
+    pending = [
+        (i, can(request, "iam:DeleteUser", user_arn(tenant, i.email)))
+        for i in tenants.invitations_pending(tenant=tenant)
+    ]
+    context = {
+        "rows": rows,
+        "invite": invite,
+        "invite_days": settings.INVITATION_TTL_DAYS,
+        "pending": pending,
+        "may_invite": can(request, "iam:CreateUser", user_arn(tenant, "*")),
+        "may_read_members": can(request, "iam:GetUser", user_arn(tenant, "*")),
+        "members_json": [m.user.get_username() for m in members],
+    }
     return render(request, "web/iam/users.html", context, status=status)
 
 
@@ -77,12 +96,49 @@ def member_invite(request: HttpRequest) -> HttpResponse:
         return members_page(request, form, status=400)
     invitation, token = made
     link = request.build_absolute_uri(f"/invitations/accept?token={token}")
-    # The link is shown in this response only: the token is stored nowhere but as a digest.
+    # post/redirect/get: the link is shown by the invitation's page, once; the token is stored
+    # nowhere but as a digest
+    shown_once.keep(request, "invitation", str(invitation.pk), {"link": link})
+    return redirect(f"/iam/users/invitations/{invitation.pk}")
+
+
+@never_cache  # it shows the link once
+@page
+@require_GET
+def invitation_detail(request: HttpRequest, invitation_id: int) -> HttpResponse:
+    allow(request, "iam:ListUsers")
+    invitation = tenants.invitation_get(tenant=request.tenant, invitation_id=invitation_id)
+    fresh = shown_once.take(request, "invitation", str(invitation.pk))
+    others = (
+        tenants.invitations_pending(tenant=request.tenant)
+        .filter(email=invitation.email)
+        .exclude(pk=invitation.pk)
+    )
     return render(
         request,
         "web/iam/invited.html",
-        {"invitation": invitation, "link": link},
+        {
+            "invitation": invitation,
+            "link": fresh["link"] if fresh else None,
+            "others": list(others),
+            "expired": invitation.expires_at <= timezone.now(),
+            "may_revoke": can(
+                request, "iam:DeleteUser", user_arn(request.tenant, invitation.email)
+            ),
+        },
     )
+
+
+@page
+@require_POST
+def invitation_revoke(request: HttpRequest, invitation_id: int) -> HttpResponse:
+    invitation = tenants.invitation_get(tenant=request.tenant, invitation_id=invitation_id)
+    allow(request, "iam:DeleteUser", user_arn(request.tenant, invitation.email))
+    services.invitation_revoke(invitation=invitation)
+    messages.success(
+        request, f"The invitation to {invitation.email} is revoked: its link no longer works."
+    )
+    return redirect("/iam/users#invitations")
 
 
 @page
@@ -94,7 +150,9 @@ def member_role(request: HttpRequest, username: str) -> HttpResponse:
     if submit(form, lambda d: services.membership_set_role(membership=membership, role=d["role"])):
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     else:
-        messages.error(request, " ".join(str(e) for e in form.errors.get("role", ["refused"])))
+        refused = " ".join(str(e) for e in form.errors.get("role", ["refused"]))
+        note_failure(refused)
+        messages.error(request, refused)
     return redirect(member_url(username))
 
 
@@ -108,6 +166,7 @@ def member_remove(request: HttpRequest, username: str) -> HttpResponse:
     except DomainError as exc:
         if exc.status != 409:
             raise
+        note_failure(exc.detail)
         messages.error(request, exc.detail)
         return redirect(member_url(username))
     messages.success(request, f"{username} left the account; their API keys are revoked.")

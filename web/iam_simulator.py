@@ -1,7 +1,8 @@
-"""The policy simulator: would a member or a role of this account be allowed an action on a
-resource? Evaluated with the same policies and evaluator as a real request, but not audited as
-one (the page itself is: reading the principal's policies is ``iam:GetUser`` / ``iam:GetRole``).
-"""
+"""The policy simulator: would a member or a role of this account be allowed some actions (one
+or many, picked from a searchable list) on a resource (``*`` or an ARN of this account, checked
+before anything is evaluated)? Evaluated with the same policies and evaluator as a real request,
+but not audited as one (the page itself is: reading the principal's policies is ``iam:GetUser`` /
+``iam:GetRole``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_GET
 from controlplane.iam import selectors as iam_selectors
 from controlplane.iam.access import request_context
 from controlplane.iam.actions import ACTIONS, RESOURCE_TYPES, SERVICES
+from controlplane.iam.arns import Arn, ArnError
 from controlplane.iam.evaluation import AccessRequest, Decision, evaluate
 from controlplane.iam.principals import Principal, for_membership, for_role
 from controlplane.iam.resources import user_arn
@@ -49,12 +51,17 @@ class SimulatorForm(Form):
     principal = forms.ChoiceField(
         label="Principal", help_text="A member or a role of this account."
     )
-    action = forms.ChoiceField(label="Action")
+    action = forms.MultipleChoiceField(
+        label="Actions",
+        help_text="One or more; type in the search box to find them.",
+        widget=forms.CheckboxSelectMultiple(attrs={"class": "action-choice"}),
+    )
     resource = forms.CharField(
         label="Resource",
         required=False,
         max_length=MAX_RESOURCE,
-        help_text="An ARN, or * for account-wide actions (the default).",
+        help_text="* for account-wide actions (the default), or an ARN of this account: "
+        "arn:loopwright:<service>::<account>:<type>/<id>.",
     )
 
     context = forms.CharField(
@@ -89,7 +96,26 @@ class SimulatorForm(Form):
                 )
         return values
 
-    def __init__(self, *args, principals, **kwargs) -> None:
+    def clean_resource(self) -> str:
+        text = self.cleaned_data["resource"].strip()
+        if text in ("", "*"):
+            return "*"
+        try:
+            arn = Arn.parse(text)
+        except ArnError as exc:
+            raise forms.ValidationError(
+                f"not an ARN ({exc}); write * or arn:loopwright:<service>::<account>:<type>/<id>, "
+                f"e.g. arn:loopwright:iam::{self.account}:role/LoopwrightSessionRole"
+            ) from None
+        if arn.account != self.account:
+            raise forms.ValidationError(
+                f"names account {arn.account}: only this account's resources ({self.account}) "
+                "can be simulated; another account's are never found, whatever the policies say"
+            )
+        return text
+
+    def __init__(self, *args, principals, account: str, **kwargs) -> None:
+        self.account = account
         super().__init__(*args, **kwargs)
         self.fields["principal"].choices = principals
         self.fields["action"].choices = [
@@ -119,6 +145,16 @@ def _statement(principal: Principal, decision: Decision) -> str | None:
     return None
 
 
+def _fits(spec, resource: str) -> str | None:
+    """A warning when ``resource`` is not of the type ``spec`` applies to."""
+    if resource == "*" or spec.resource_type == "*":
+        return None
+    kind = resource.split(":", 5)[5].partition("/")[0]
+    if kind != spec.resource_type:
+        return f"{spec.name} applies to {spec.resource_type} ARNs; this resource is a {kind}"
+    return None
+
+
 @page
 @require_GET
 def simulator(request: HttpRequest) -> HttpResponse:
@@ -134,27 +170,35 @@ def simulator(request: HttpRequest) -> HttpResponse:
     form = SimulatorForm(
         request.GET if asked else None,
         principals=principals,
+        account=request.tenant.account_id,
         initial={"principal": request.GET.get("principal"), "resource": "*"},
     )
     result = None
     if asked and form.is_valid():
         data = form.cleaned_data
         who = _principal(request, data["principal"])
-        resource = data["resource"].strip() or "*"
+        resource = data["resource"]
         values = request_context(who) | data["context"]
-        decision = evaluate(
-            who.policies(), AccessRequest(data["action"], resource, who.arn, values)
-        )
-        spec = ACTIONS[data["action"]]
+        rows = []
+        for action in data["action"]:
+            decision = evaluate(who.policies(), AccessRequest(action, resource, who.arn, values))
+            spec = ACTIONS[action]
+            rows.append(
+                {
+                    "action": spec,
+                    "decision": decision,
+                    "statement": _statement(who, decision),
+                    "arn_format": arn_format(request.tenant.account_id, spec.resource_type),
+                    "warning": _fits(spec, resource),
+                }
+            )
         result = {
             "principal": who,
-            "action": spec,
             "resource": resource,
-            "decision": decision,
+            "rows": rows,
+            "allowed": sum(1 for r in rows if r["decision"].allowed),
             "context": json.dumps(data["context"], indent=2) if data["context"] else "",
-            "statement": _statement(who, decision),
             "policies": [name for name, _ in who.policies()],
-            "arn_format": arn_format(request.tenant.account_id, spec.resource_type),
         }
     return render(
         request,

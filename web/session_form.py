@@ -9,13 +9,16 @@ from django import forms
 from pydantic import ValidationError
 
 from controlplane.api.errors import field_path
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
+from controlplane.training_sessions.services.lora import MAX_LORA_RANK, lora_checked
 from loopwright.types import CreateSessionRequest, LoraConfig
 
 
 def add_domain_error(form: forms.Form, exc: DomainError, fields: dict[str, str] | None = None):
     """Show a service's error on the form field it names (``fields`` maps the service's field
     names, or their prefixes, to the form's); else above the form."""
+    note_failure(exc.detail)
     name = exc.field or ""
     target = None
     for prefix, field in (fields or {}).items():
@@ -24,16 +27,25 @@ def add_domain_error(form: forms.Form, exc: DomainError, fields: dict[str, str] 
             break
     if target is None and name in form.fields:
         target = name
-    # the label names the field already: "role_arn: no role …" reads "no role …" under it
-    detail = exc.detail.removeprefix(f"{target}: ") if target == name else exc.detail
+    # the label names the field already: "lora_config.rank: must be …" reads "must be …"
+    detail = exc.detail.removeprefix(f"{name}: ") if target is not None and name else exc.detail
     form.add_error(target, detail)
+
+
+# pydantic's wording for what people type into a box, said the way a form says it
+PLAIN = {
+    "extra_forbidden": "unknown field",
+    "int_parsing": "a whole number, e.g. 32",
+    "int_from_float": "a whole number, e.g. 32",
+    "float_parsing": "a number, e.g. 16 or 0.5",
+}
 
 
 def wire_error(exc: ValidationError, prefix: str = "") -> DomainError:
     """A wire type's first validation error as the API words it: ``vpc_config.subnets[2]: …``."""
     first = exc.errors()[0]
     name = prefix + field_path(first.get("loc", ()))
-    message = "unknown field" if first.get("type") == "extra_forbidden" else first.get("msg", "")
+    message = PLAIN.get(first.get("type", ""), first.get("msg", ""))
     return DomainError(f"{name}: {message}" if name else message, field=name or None)
 
 
@@ -44,8 +56,6 @@ def id_list(raw: str) -> list[str]:
 
 class SessionForm(forms.Form):
     """A training session with one LoRA model. Only the shape of the input is checked here."""
-
-    label_suffix = ""
 
     # the service's field names (or their prefixes, most specific first) → this form's fields
     FIELDS = {
@@ -65,14 +75,16 @@ class SessionForm(forms.Form):
         label="LoRA rank",
         required=False,
         initial="32",
-        help_text="Size of the adapter's low-rank matrices; empty means 32.",
-        widget=forms.NumberInput(attrs={"min": 1, "step": 1, "inputmode": "numeric"}),
+        help_text=f"Size of the adapter's low-rank matrices, 1 to {MAX_LORA_RANK}; empty means 32.",
+        widget=forms.NumberInput(
+            attrs={"min": 1, "max": MAX_LORA_RANK, "step": 1, "inputmode": "numeric"}
+        ),
     )
     alpha = forms.CharField(
         label="LoRA alpha",
         required=False,
-        help_text="The update is scaled by alpha / rank; empty means 32.",
-        widget=forms.NumberInput(attrs={"step": "any", "inputmode": "decimal"}),
+        help_text="Greater than 0; the update is scaled by alpha / rank. Empty means 32.",
+        widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )
     role_arn = forms.CharField(
         label="Role ARN",
@@ -109,6 +121,7 @@ class SessionForm(forms.Form):
     )
 
     def __init__(self, *args, base_models=(), kms_keys=(), **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")  # the labels are headings, not "Name:"
         super().__init__(*args, **kwargs)
         self.fields["base_model"].widget.choices = [(m, m) for m in base_models] or [
             ("", "No base model is served right now")
@@ -146,4 +159,5 @@ class SessionForm(forms.Form):
             config = LoraConfig.model_validate(lora)
         except ValidationError as exc:
             raise wire_error(exc, "lora_config.") from None
+        lora_checked(config.model_dump(mode="json", exclude={"type"}))  # as create_model does
         return request, config, data["base_model"]

@@ -1,6 +1,7 @@
-"""What the session pages show beyond the control plane's selectors: per-session summaries, the
-operation timeline, loss and reward curves from the operations' metrics, and checkpoints with the
-registry versions that hold them. Every read is scoped to one tenant."""
+"""What the session pages show beyond the control plane's selectors: per-session summaries, loss
+and reward curves from the operations' metrics (with other runs of the session's group to compare
+with), and checkpoints with the registry versions that hold them. Every read is scoped to one
+tenant."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 
 from controlplane.metering.models import UsageRecord
 from controlplane.registry.models import ModelPackage
@@ -19,7 +19,7 @@ from controlplane.training_sessions.models import Checkpoint, Operation, Session
 
 from .charts import Series
 
-TIMELINE_LIMIT = 200  # operations listed on a session's page, newest first
+COMPARE_LIMIT = 8  # other runs of a group offered for comparison
 REWARD_WORDS = ("reward", "return", "score")  # metric names plotted as rewards
 
 
@@ -30,6 +30,27 @@ class SessionRow:
     base_models: list[str]
     operations: int
     tokens: int
+    failure: str = ""  # why a failed session failed
+
+
+def failure_reasons(*, tenant: Tenant, sessions: Iterable[Session]) -> dict[str, str]:
+    """Why each failed session failed: the error of its model that could not be created."""
+    failed = [s.id for s in sessions if s.state == Session.State.FAILED]
+    if not failed:
+        return {}
+    reasons: dict[str, str] = {}
+    for session_id, error in (
+        Operation.objects.filter(
+            tenant=tenant,
+            session_id__in=failed,
+            kind=Operation.Kind.CREATE_MODEL,
+            status=Operation.Status.FAILED,
+        )
+        .order_by("created_at")
+        .values_list("session_id", "error")
+    ):
+        reasons.setdefault(session_id, error)
+    return reasons
 
 
 def live_session_count(*, tenant: Tenant) -> int:
@@ -66,36 +87,14 @@ def session_rows(
         .annotate(q=Sum("quantity"))
         .values_list("session_id", "q")
     )
-    return [SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0) for s in sessions]
+    reasons = failure_reasons(tenant=tenant, sessions=sessions)
+    return [
+        SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0, reasons.get(s.id, ""))
+        for s in sessions
+    ]
 
 
 # -- one session -------------------------------------------------------------------------------
-@dataclass
-class OperationRow:
-    id: str
-    kind: str
-    seq_id: int | None
-    status: str
-    model_id: str | None
-    sampler_id: str | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str
-    error_category: str
-    tokens: int = 0
-
-    @property
-    def duration_s(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
-
-    @property
-    def kind_label(self) -> str:
-        return self.kind.replace("_", " ")
-
-
 def models_of(*, tenant: Tenant, session: Session) -> list[TrainingModel]:
     return list(
         TrainingModel.objects.filter(tenant=tenant, session=session)
@@ -113,51 +112,6 @@ def operation_count(*, tenant: Tenant, session: Session) -> dict[str, int]:
         .values_list("status", "n")
     )
     return dict(counts)
-
-
-def timeline(
-    *, tenant: Tenant, session: Session, limit: int = TIMELINE_LIMIT
-) -> list[OperationRow]:
-    """The session's latest operations, newest first, with the tokens each was metered."""
-    rows = [
-        OperationRow(
-            id=op["id"],
-            kind=op["kind"],
-            seq_id=op["seq_id"],
-            status=op["status"],
-            model_id=op["model_id"],
-            sampler_id=op["sampling_session_id"],
-            created_at=op["created_at"],
-            started_at=op["started_at"],
-            finished_at=op["finished_at"],
-            error=op["error"],
-            error_category=op["error_category"],
-        )
-        for op in Operation.objects.filter(tenant=tenant, session=session)
-        .order_by("-created_at", "-seq_id")
-        .values(
-            "id",
-            "kind",
-            "seq_id",
-            "status",
-            "model_id",
-            "sampling_session_id",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "error",
-            "error_category",
-        )[:limit]
-    ]
-    tokens = dict(
-        UsageRecord.objects.filter(tenant=tenant, operation_id__in=[r.id for r in rows])
-        .values("operation_id")
-        .annotate(q=Sum("quantity"))
-        .values_list("operation_id", "q")
-    )
-    for row in rows:
-        row.tokens = tokens.get(row.id) or 0
-    return rows
 
 
 # -- curves ------------------------------------------------------------------------------------
@@ -217,9 +171,26 @@ def steps_of(ops: Iterable[tuple[str, int | None, dict | None]]) -> tuple[list, 
     return loss, dict(rewards), stepped
 
 
-def curves(*, tenant: Tenant, session: Session, models: list[TrainingModel]) -> Curves:
+def curves(
+    *,
+    tenant: Tenant,
+    session: Session,
+    models: list[TrainingModel],
+    compare: Iterable[Session] = (),
+) -> Curves:
     """Loss and reward-like curves of each of the session's models, from the metrics the worker
-    stored with each finished operation."""
+    stored with each finished operation; and the loss of each session in ``compare``."""
+    out = _curves_of(tenant=tenant, session=session, models=models)
+    for other in compare:
+        theirs = _curves_of(
+            tenant=tenant, session=other, models=models_of(tenant=tenant, session=other)
+        )
+        label = other.name or other.id
+        out.loss += [Series(f"{label} · {s.name}", s.points) for s in theirs.loss]
+    return out
+
+
+def _curves_of(*, tenant: Tenant, session: Session, models: list[TrainingModel]) -> Curves:
     by_model: dict[str, list] = defaultdict(list)
     for model_id, kind, seq_id, metrics in (
         Operation.objects.filter(
@@ -276,3 +247,29 @@ def checkpoint_rows(
     ):
         packages[package.checkpoint_id].append(package)
     return [CheckpointRow(c, packages[c.id]) for c in checkpoints]
+
+
+# -- runs of the same group ---------------------------------------------------------------
+def group_of(session: Session) -> str | None:
+    """The model package group the session's checkpoints go to, by name (None: one per run)."""
+    arn = (session.platform or {}).get("model_package_group_arn") or ""
+    return arn.rsplit("/", 1)[-1] if "model-package-group/" in arn else None
+
+
+def group_runs(*, tenant: Tenant, session: Session) -> list[Session]:
+    """Other sessions of the tenant whose checkpoints go to the same group, newest first."""
+    group = group_of(session)
+    if group is None:
+        return []
+    via_packages = ModelPackage.objects.filter(tenant=tenant, group__name=group).values(
+        "session_id"
+    )
+    return list(
+        Session.objects.filter(tenant=tenant)
+        .filter(
+            Q(platform__model_package_group_arn__endswith=f"model-package-group/{group}")
+            | Q(id__in=via_packages)
+        )
+        .exclude(pk=session.pk)
+        .order_by("-created_at")[:COMPARE_LIMIT]
+    )

@@ -14,6 +14,7 @@ from django.utils import timezone
 from controlplane import rows
 from controlplane.tenants.models import Tenant
 
+from . import outcomes
 from .models import AuditEvent
 
 
@@ -32,6 +33,8 @@ def audit_event(
     source_ip: str | None = None,
     user_agent: str = "",
     api_key: str = "",
+    outcome: str = "",
+    error: str = "",
 ) -> AuditEvent:
     """An audit row, not yet written (``audit_record`` writes one; the hot submit path writes it
     in the statement that inserts the operation)."""
@@ -49,6 +52,8 @@ def audit_event(
         source_ip=source_ip or None,
         user_agent=user_agent[:400],
         api_key=api_key,
+        outcome=outcome,
+        error=error[:1000],
     )
 
 
@@ -58,11 +63,18 @@ def audit_record(**fields) -> AuditEvent:
 
 
 def audit_save(event: AuditEvent) -> AuditEvent:
-    """Write an audit row made by ``audit_event``."""
-    rows.insert(event)
+    """Write an audit row made by ``audit_event``. An allowed change's outcome: inside
+    ``audited_transaction``, succeeded (the row is only kept if the transaction commits);
+    elsewhere the request's answer settles it (``outcomes``)."""
     held = _held.get()
+    pending = outcomes.needs_outcome(event)
+    if pending and held is not None:
+        event.outcome = AuditEvent.Outcome.SUCCEEDED
+    rows.insert(event)
     if held is not None:
         held.append(event)
+    elif pending:
+        outcomes.follow(event)
     return event
 
 
@@ -79,11 +91,14 @@ def audited_transaction() -> Iterator[None]:
     try:
         with transaction.atomic():
             yield
-    except BaseException:
+    except BaseException as exc:
         _held.reset(token)
         token = None
         for event in held:
             event.pk = None
+            if event.outcome == AuditEvent.Outcome.SUCCEEDED:  # it was not done after all
+                event.outcome = AuditEvent.Outcome.FAILED
+                event.error = outcomes.error_text(exc)
             event.save(force_insert=True)
         raise
     finally:
@@ -130,6 +145,7 @@ def audit_operator(*, tenant: Tenant, action: str, resource: str, reason: str = 
         effect="Operator",
         mutating=True,
         reason=reason or "run from the command line by an operator of the service",
+        outcome=AuditEvent.Outcome.SUCCEEDED,
     )
 
 
@@ -145,4 +161,5 @@ def audit_system(*, tenant: Tenant, action: str, resource: str, reason: str) -> 
         effect="System",
         mutating=True,
         reason=reason,
+        outcome=AuditEvent.Outcome.SUCCEEDED,
     )

@@ -154,6 +154,28 @@ def role_trusts(role: Role, principal: str) -> bool:
     return evaluate_trust(trust, principal).allowed
 
 
+def trust_for_members(account_id: str) -> dict[str, Any]:
+    """A trust policy that lets training sessions run as the role and the account's own
+    members (and roles) assume it, e.g. to make an API key that acts as it."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "SessionsRunAsThisRole",
+                "Effect": "Allow",
+                "Principal": {"Service": SESSIONS_SERVICE},
+                "Action": "sts:AssumeRole",
+            },
+            {
+                "Sid": "MembersOfThisAccount",
+                "Effect": "Allow",
+                "Principal": {"Loopwright": account_id},
+                "Action": "sts:AssumeRole",
+            },
+        ],
+    }
+
+
 def trust_required(role: Role, principal: str, *, field: str = "role_arn") -> None:
     if not role_trusts(role, principal):
         raise DomainError(

@@ -83,7 +83,10 @@ class Download:
 
     @property
     def filename(self) -> str:
-        return f"{self.root}.tar.gz"
+        """The archive's name; one with the optimizer state says so, so that it and the plain
+        adapter of the same version are two files side by side (the folder inside is the same)."""
+        with_optimizer = "-with-optimizer" if OPTIMIZER_FILE in (self.names or ()) else ""
+        return f"{self.root}{with_optimizer}.tar.gz"
 
 
 # -- what to serve -----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from controlplane.errors import NotFound
 
-from .models import ApiKey, Membership, Tenant
+from .models import ApiKey, Invitation, Membership, Tenant
 from .services import key_digest, split_key
 
 
@@ -54,3 +54,17 @@ def api_key_get(*, tenant: Tenant, prefix: str) -> ApiKey:
     if found is None:
         raise NotFound(f"no API key {prefix!r}", field="prefix")
     return found
+
+
+def invitations_pending(*, tenant: Tenant) -> QuerySet[Invitation]:
+    """Invitations not yet accepted and not expired, newest first."""
+    return Invitation.objects.filter(
+        tenant=tenant, accepted_at__isnull=True, expires_at__gt=timezone.now()
+    ).order_by("-created_at")
+
+
+def invitation_get(*, tenant: Tenant, invitation_id: int) -> Invitation:
+    try:
+        return Invitation.objects.get(tenant=tenant, pk=invitation_id)
+    except Invitation.DoesNotExist:
+        raise NotFound(f"invitation {invitation_id} not found", field="id") from None

@@ -86,8 +86,7 @@ def user_create(*, email: str, password: str | None):
     """A login for ``email``; None as password makes one that cannot log in (scripts only)."""
     User = get_user_model()
     email = _clean_email(email)
-    if User.objects.filter(username=email).exists():
-        raise Conflict(f"email: {email} already has an account", field="email")
+    _email_free(email)
     user = User(username=email, email=email)
     if password is None:
         user.set_unusable_password()
@@ -98,9 +97,39 @@ def user_create(*, email: str, password: str | None):
     return user
 
 
+def signup_problems(*, email: str, password: str | None, tenant_name: str) -> list[DomainError]:
+    """Everything wrong with a sign-up, one error per field (the form shows them all at once;
+    ``signup`` refuses with the first)."""
+    problems: list[DomainError] = []
+    for check in (
+        lambda: _clean_name(tenant_name, "tenant_name"),
+        lambda: _email_free(_clean_email(email)),
+        lambda: password is None or _check_password(password, _new_user(email)),
+    ):
+        try:
+            check()
+        except DomainError as exc:
+            problems.append(exc)
+    return problems
+
+
+def _email_free(email: str) -> None:
+    if get_user_model().objects.filter(username=email).exists():
+        raise Conflict(f"email: {email} already has an account", field="email")
+
+
+def _new_user(email: str):
+    """An unsaved user, for the password rules that compare the password with the email."""
+    email = (email or "").strip().lower()
+    return get_user_model()(username=email, email=email)
+
+
 @transaction.atomic
 def signup(*, email: str, password: str | None, tenant_name: str) -> Membership:
     """A new tenant and its owner."""
+    problems = signup_problems(email=email, password=password, tenant_name=tenant_name)
+    if problems:
+        raise problems[0]
     tenant = tenant_create(name=tenant_name)
     user = user_create(email=email, password=password)
     return Membership.objects.create(tenant=tenant, user=user, role=Membership.Role.OWNER)
@@ -148,10 +177,18 @@ def _keep_an_owner(membership: Membership) -> None:
 def invitation_create(
     *, tenant: Tenant, email: str, role: str, actor: str
 ) -> tuple[Invitation, str]:
-    """The invitation and its token (shown once)."""
+    """The invitation and its token (shown once). Someone who is a member already is refused:
+    the link could never be used (their membership is changed instead)."""
     if role not in Membership.Role.values:
         raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
     email = _clean_email(email)
+    current = Membership.objects.filter(tenant=tenant, user__username=email).first()
+    if current is not None:
+        raise Conflict(
+            f"email: {email} is already a member of this account "
+            f"({current.get_role_display().lower()}); change their membership instead",
+            field="email",
+        )
     token = "inv-" + secrets.token_urlsafe(24)
     invitation = Invitation.objects.create(
         tenant=tenant,
@@ -162,6 +199,13 @@ def invitation_create(
         expires_at=timezone.now() + timedelta(days=settings.INVITATION_TTL_DAYS),
     )
     return invitation, token
+
+
+def invitation_revoke(*, invitation: Invitation) -> None:
+    """An invitation not yet accepted stops working (its link is refused like a used one)."""
+    if invitation.accepted_at is not None:
+        raise Conflict(f"the invitation to {invitation.email} was already accepted", field="id")
+    invitation.delete()
 
 
 @transaction.atomic

@@ -44,6 +44,24 @@ def model_next_free_seq(model: TrainingModel) -> int:
     return max(model.next_seq, (highest if highest is not None else -1) + 1)
 
 
+def session_next_free_sampler_seq(session: Session) -> int:
+    """The sampling_session_seq_id after the highest one the session has used: by a sampler, or
+    by an ephemeral sampler save still to run (where an attaching client's samplers continue)."""
+    used = [
+        session.sampling_sessions.aggregate(highest=Max("sampling_session_seq_id"))["highest"],
+        *(
+            int(seq)
+            for seq in session.operations.filter(
+                kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+                status__in=(Operation.Status.PENDING, Operation.Status.RUNNING),
+                payload__sampling_session_seq_id__isnull=False,
+            ).values_list("payload__sampling_session_seq_id", flat=True)
+            if isinstance(seq, int)
+        ),
+    ]
+    return max((seq for seq in used if seq is not None), default=-1) + 1
+
+
 def model_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[TrainingModel]:
     qs = TrainingModel.objects.filter(tenant=tenant).order_by("-created_at")
     return list(qs[offset : offset + limit])

@@ -111,13 +111,22 @@ class Heartbeat:
 class Session:
     """A live session: its id, the counters of what it opens, and stop()."""
 
-    def __init__(self, http: HTTPClient, heartbeat: Heartbeat, session_id: str) -> None:
+    def __init__(
+        self,
+        http: HTTPClient,
+        heartbeat: Heartbeat,
+        session_id: str,
+        *,
+        next_sampling_session_seq_id: int = 0,
+    ) -> None:
+        """``next_sampling_session_seq_id``: where this client's samplers start counting; in a
+        session another client opened, after the numbers it used (each number is one sampler)."""
         self.session_id = session_id
         self._http = http
         self._heartbeat = heartbeat
         self._lock = threading.Lock()
         self._next_model_seq_id = 0
-        self._next_sampling_session_seq_id = 0
+        self._next_sampling_session_seq_id = next_sampling_session_seq_id
         self._stopped_info: SessionInfo | None = None
         heartbeat.add(session_id)
 

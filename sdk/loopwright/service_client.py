@@ -249,7 +249,13 @@ class ServiceClient:
         info = self._runtime.post("get_info", GetInfoResponse, {"model_id": model_id})
         if info.session_id is None or info.next_seq_id is None:
             raise ValueError(f"{model_id}: the server does not say where its requests continue")
-        session = Session(self._runtime.http, self._runtime.heartbeat, info.session_id)
+        # the session's samplers so far are another client's: ours take the numbers after them
+        session = Session(
+            self._runtime.http,
+            self._runtime.heartbeat,
+            info.session_id,
+            next_sampling_session_seq_id=info.next_sampling_session_seq_id or 0,
+        )
         base_model = info.model_name or info.model_data.tokenizer_id or ""
         return TrainingClient(
             self._runtime, session, info.model_id, base_model, next_seq_id=info.next_seq_id

@@ -124,6 +124,7 @@ def test_the_adapter_loads_in_plain_peft_with_the_sessions_logprobs(
 
     # the optimizer state only when asked, and only of training state
     r = alice.get(saved.url(1), {"include_optimizer": "true"})
+    assert r["Content-Disposition"].endswith(f"{saved.group}-v1-adapter-with-optimizer.tar.gz")
     assert names(extract(r, tmp_path / "v1-opt")) == sorted([*ADAPTER, OPTIMIZER])
     r = alice.get(BY_PATH, {"path": saved.sampler_path})
     assert r["Content-Disposition"].endswith(f"{saved.group}-v2-adapter.tar.gz")

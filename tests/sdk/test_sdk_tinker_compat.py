@@ -111,6 +111,7 @@ EXTRA_FIELDS = {
     ("SaveWeightsForSamplerRequest", "merge_weights"),
     ("GetInfoResponse", "session_id"),
     ("GetInfoResponse", "next_seq_id"),
+    ("GetInfoResponse", "next_sampling_session_seq_id"),
     # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
     ("CreateModelRequest", "optimizer_config"),
     *(

@@ -34,8 +34,9 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def browser_page(width: int = 1280, height: int = 900) -> Iterator:
-    """A fresh browser context and page; closed afterwards."""
+def browser_page(width: int = 1280, height: int = 900, color_scheme: str = "light") -> Iterator:
+    """A fresh browser context and page (``color_scheme``: what the system prefers, light or
+    dark); closed afterwards."""
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API runs an event loop in this thread; Django's ORM refuses to run in a
@@ -44,9 +45,17 @@ def browser_page(width: int = 1280, height: int = 900) -> Iterator:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium_path(), args=FLAGS, headless=True)
         try:
-            context = browser.new_context(viewport={"width": width, "height": height})
+            context = browser.new_context(
+                viewport={"width": width, "height": height}, color_scheme=color_scheme
+            )
             yield context.new_page()
         finally:
+            # While Playwright's loop runs in this thread, the ORM's queries (a test checking
+            # the database between clicks) get connections of their own: close them here, or
+            # they outlive the test database.
+            from django.db import connections
+
+            connections.close_all()
             browser.close()
 
 
@@ -57,3 +66,39 @@ def screenshot(page, name: str) -> Path:
     path = folder / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def sign_in(page, url: str, email: str, password: str) -> None:
+    """Log in through the form."""
+    page.goto(f"{url}/login")
+    page.fill("input[name=email]", email)
+    page.fill("input[name=password]", password)
+    page.click("form[action='/login'] button[type=submit]")
+    page.wait_for_url(lambda u: "/login" not in u)
+
+
+# Every element that sticks out of the viewport (its right edge past the screen, or wider than
+# it), and how far the page scrolls sideways: both must be nothing on a phone.
+_TOO_WIDE = """() => {
+  const width = window.innerWidth;
+  const out = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    if (r.right > width + 0.5 || r.width > width + 0.5) {
+      const name = el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+        (el.className && typeof el.className === "string" ? "." + el.className.split(" ").join(".") : "");
+      out.push(`${name} right=${Math.round(r.right)} width=${Math.round(r.width)}`);
+    }
+  }
+  return {scroll: document.documentElement.scrollWidth, width, out: out.slice(0, 10)};
+}"""
+
+
+def too_wide(page) -> list[str]:
+    """What sticks out of a phone's screen on ``page`` (empty: nothing)."""
+    found = page.evaluate(_TOO_WIDE)
+    problems = list(found["out"])
+    if found["scroll"] > found["width"]:
+        problems.append(f"the page scrolls sideways: {found['scroll']} > {found['width']}")
+    return problems

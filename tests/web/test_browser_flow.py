@@ -14,7 +14,7 @@ from loopwright import ServiceClient
 from loopwright.types import AdamParams, Datum, ModelInput
 
 from ..e2e.stack import TINY, Stack
-from .browser import browser_page, screenshot
+from .browser import browser_page, screenshot, too_wide
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e]
 
@@ -103,7 +103,7 @@ def test_sign_up_train_watch_and_stop_in_the_browser(stack) -> None:
         page.fill("#id_subnets", "subnet-xyz")
         page.fill("#id_security_group_ids", "sg-0123456789")
         page.click("button:has-text('Create session')")
-        assert "vpc_config.subnets[0]" in page.inner_text("#id_subnets_error")
+        assert "is not a subnet id" in page.inner_text("#id_subnets_error")
         screenshot(page, "06-session-form-error")
         page.fill("#id_subnets", "")
         page.fill("#id_security_group_ids", "")
@@ -131,7 +131,7 @@ def test_sign_up_train_watch_and_stop_in_the_browser(stack) -> None:
             # the session page shows them, and the loss curve
             page.goto(f"{stack.url}/sessions/{session_id}")
             main = page.inner_text("main")
-            assert main.count("forward backward") >= 5 and main.count("optim step") >= 5
+            assert main.count("forward + backward") >= 5 and main.count("optimizer step") >= 5
             assert page.locator("svg[aria-label='Loss per token'] polyline").count() == 1
             assert page.locator("svg[aria-label='Loss per token'] circle").count() == 5
             screenshot(page, "08-session-trained")
@@ -150,11 +150,12 @@ def test_sign_up_train_watch_and_stop_in_the_browser(stack) -> None:
             # the bill: the tokens it trained, and their cost
             billing = page.goto(stack.url + "/billing")
             if billing.ok:
-                assert "train_tokens" in page.inner_text("main")
+                assert "Training tokens" in page.inner_text("main")
                 screenshot(page, "11-billing")
 
             # stop it in the dashboard
             page.goto(f"{stack.url}/sessions/{session_id}")
+            page.once("dialog", lambda dialog: dialog.accept())  # it asks first
             page.click("button:has-text('Stop session')")
             assert re.search(r"is (stopping|stopped)", page.inner_text(".messages"))
             wait_for(page, page.url, "#session-live .badge", "stopped")
@@ -177,6 +178,7 @@ def test_sign_up_train_watch_and_stop_in_the_browser(stack) -> None:
         phone.click("button:has-text('Log in')")
         assert phone.url.endswith(f"/sessions/{session_id}")
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+        assert not too_wide(phone)  # the loss chart inside its box, the tables as cards
         screenshot(phone, "16-phone-session")
         phone.goto(stack.url + "/overview")
         screenshot(phone, "17-phone-overview")

@@ -122,7 +122,7 @@ def test_resource_pages_in_a_browser(live_server, tmp_path) -> None:
         page.click("form.stacked button[type=submit]")
         page.wait_for_selector("#id_document_error")
         error = page.inner_text("#id_document_error")
-        assert "document.Statement[0].Action" in error, error
+        assert "Statement[0].Action" in error and "document." not in error, error
         assert page.get_attribute("textarea[name=document]", "aria-invalid") == "true"
         shots.append(screenshot(page, "iam-policy-editor-error"))
         page.fill("textarea[name=document]", json.dumps(bad).replace("Lst", "List"))

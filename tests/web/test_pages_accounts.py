@@ -31,7 +31,9 @@ def test_pages_send_people_who_are_not_logged_in_to_the_login(client, url):
 
 
 def test_signup_makes_an_account_logs_in_and_shows_the_key_once(client):
-    page = client.post("/signup", SIGNUP)
+    made = client.post("/signup", SIGNUP)
+    assert made.status_code == 302 and made["Location"] == "/welcome"  # post/redirect/get
+    page = client.get("/welcome")
     assert page.status_code == 200
     html = page.content.decode()
     membership = Membership.objects.get(user__username="dana@example.com")
@@ -44,6 +46,28 @@ def test_signup_makes_an_account_logs_in_and_shows_the_key_once(client):
     # logged in: the overview opens, and the key is never shown again
     overview = client.get("/overview")
     assert overview.status_code == 200 and key.prefix + "." not in overview.content.decode()
+    # a reload of the welcome page shows no key and makes nothing
+    again = client.get("/welcome").content.decode()
+    assert key.prefix + "." not in again and "was shown once" in again
+    assert ApiKey.objects.filter(tenant=membership.tenant).count() == 1
+    assert Membership.objects.filter(user__username="dana@example.com").count() == 1
+
+
+def test_signup_shows_every_problem_at_once(client):
+    from controlplane.tenants.models import Tenant
+
+    client.post("/signup", SIGNUP)
+    other = type(client)()
+    page = other.post(
+        "/signup", {"email": "dana@example.com", "password": "12345678901", "tenant_name": " "}
+    )
+    assert page.status_code == 400
+    html = page.content.decode()
+    for field in ("email", "password", "tenant_name"):
+        assert f'id="id_{field}_error"' in html, field
+    assert "already has an account" in html and "entirely numeric" in html and "required" in html
+    assert "password:" not in html and "email:" not in html  # the labels name the fields
+    assert Tenant.objects.count() == 1
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_logged_out_goes_to_login(client) -> None:
 
 
 def test_newest_first_with_decisions(alice, events) -> None:
-    page = alice.get("/audit").content.decode()
+    page = alice.get("/audit", {"reads": "on"}).content.decode()
     assert "audit:LookupEvents" in page  # looking at the log is itself recorded
     kms, iam, registry = (page.index(e.resource) for e in events)
     assert registry < iam < kms
@@ -58,10 +58,11 @@ def test_newest_first_with_decisions(alice, events) -> None:
 
 def test_filters(alice, events) -> None:
     def shown(**params) -> set[str]:
-        page = alice.get("/audit", params).content.decode()
+        page = alice.get("/audit", {"reads": "on", **params}).content.decode()
         return {e.action for e in events if e.resource in page}
 
     assert shown(action="kms:disablekey") == {"kms:DisableKey"}
+    assert shown(action="describemodel") == {"registry:DescribeModelPackage"}  # any part of it
     assert shown(decision="deny") == {"iam:CreateRole"}
     assert shown(principal="system:operator") == {"registry:DescribeModelPackage"}
     assert shown(resource="ROLE/deploy") == {"iam:CreateRole"}
@@ -84,11 +85,11 @@ def test_pages_of_fifty(alice) -> None:
     start = datetime(2025, 1, 1, tzinfo=UTC)
     for i in range(60):
         event(alice.tenant, "kms:ListKeys", f"res-{i:03d}", at=start + timedelta(minutes=i))
-    first = alice.get("/audit", {"action": "kms:ListKeys"})
+    first = alice.get("/audit", {"action": "kms:ListKeys", "reads": "on"})
     page = first.content.decode()
     assert "res-059" in page and "res-010" in page and "res-009" not in page
     older = first.context["older"]
-    assert older.startswith("?action=kms%3AListKeys&before=")
+    assert older.startswith("?action=kms%3AListKeys&reads=on&before=")
     page = alice.get(f"/audit{older}").content.decode()
     assert "res-009" in page and "res-000" in page and "res-010" not in page
     assert "Older events" not in page and "Newest" in page
@@ -105,3 +106,36 @@ def test_charlie_sees_none_of_acmes_events(alice, charlie, events) -> None:
 def test_bob_may_not_read_the_log(bob, events) -> None:
     r = bob.get("/audit")
     assert r.status_code == 403 and "audit:LookupEvents" in r.content.decode()
+
+
+def test_changes_only_by_default_and_reads_on_request(alice, events) -> None:
+    def listed(**params) -> set[str]:
+        return {e.action for e, _, _ in alice.get("/audit", params).context["events"]}
+
+    assert listed() == {"kms:DisableKey", "iam:CreateRole"}
+    assert "Only changes are listed" in alice.get("/audit").content.decode()
+    assert {"registry:DescribeModelPackage", "audit:LookupEvents"} <= listed(reads="on")
+    assert "Reads are included" in alice.get("/audit", {"reads": "on"}).content.decode()
+
+
+def test_an_allowed_change_that_failed_says_so(alice, bob, charlie) -> None:
+    # a key for the session role: allowed by alice's policy, refused by the role's trust policy
+    made = alice.post("/iam/keys", {"name": "ci", "owner": "role:LoopwrightSessionRole"})
+    assert made.status_code == 400
+    alice.post("/iam/keys", {"name": "laptop", "owner": "me"})
+    rows = AuditEvent.objects.filter(tenant=alice.tenant, action="iam:CreateApiKey").order_by("id")
+    assert [(r.allowed, r.outcome) for r in rows] == [(True, "failed"), (True, "succeeded")]
+    assert "trust policy" in rows[0].error
+    page = alice.get("/audit", {"action": "apikey"}).content.decode()
+    assert "Outcome" in page and ">failed<" in page and ">succeeded<" in page
+    assert "trust policy" in page
+    failed = alice.get("/audit", {"action": "apikey", "outcome": "failed"})
+    assert [e.outcome for e, _, _ in failed.context["events"]] == ["failed"]
+    # a refused request has a decision, not an outcome
+    bob.post("/iam/roles", {"name": "Nope", "trust_policy": "{}"})
+    denied = AuditEvent.objects.get(tenant=alice.tenant, action="iam:CreateRole")
+    assert not denied.allowed and denied.outcome == ""
+    assert "not done" in alice.get("/audit", {"action": "CreateRole"}).content.decode()
+    theirs = charlie.get("/audit", {"action": "apikey", "reads": "on"}).context["events"]
+    assert all(e.tenant_id == charlie.tenant.id for e, _, _ in theirs)
+    assert not any(e.action == "iam:CreateApiKey" for e, _, _ in theirs)

@@ -16,7 +16,7 @@ from controlplane.metering.rollup import usage_rows_write
 from controlplane.metering.services import price_set
 from controlplane.tenants.models import Membership
 from web.charts import fmt, nice_ticks
-from web.pages.billing import usd
+from web.values import usd
 
 from .conftest import member
 
@@ -101,8 +101,9 @@ def test_usage_charts_and_breakdowns(alice) -> None:
     assert r.status_code == 200
     assert "3,500,000" in page and "$0.85" in page  # totals
     assert page.count('<svg class="chart"') == 2  # tokens and cost, stacked by meter
-    assert "Mar 10 · train_tokens: 1M" in page and "Mar 11 · sampled_tokens: 2M" in page
-    assert "Mar 11 · forward_tokens: 500k" in page
+    assert "Mar 10 · Training tokens: 1M" in page and "Mar 11 · Sampled tokens: 2M" in page
+    assert "Mar 11 · Forward tokens: 500k" in page
+    assert "train_tokens" not in page.split('id="export"')[0]  # meters have names people read
     assert "/sessions/sess-a" in page and "/sessions/sess-b" in page
     assert "sess-c" not in page.split('id="invoice"')[0]  # today's usage is not in March
     assert "$0.80" in page and "$0.05" in page  # sess-a, sess-b
@@ -118,13 +119,29 @@ def test_default_range_is_this_month_with_the_invoice_preview(alice) -> None:
     assert f'value="{today.isoformat()}"' in page
     assert "/sessions/sess-c" in page and "1,234" in page
     invoice = page.split('id="invoice"')[1]
-    assert "prefill_tokens" in invoice and "$0.000123" in invoice and "$0.00" in invoice
+    assert "Prompt tokens (sampling)" in invoice and "$0.000123" in invoice and "$0.00" in invoice
+    # a subtotal under half a cent is nothing to pay, and the page says why
+    assert "less than half a cent" in invoice and "charged in whole cents" in invoice
+    assert "USD" not in page.split("<main", 1)[1]  # one money format: $…
+
+
+def test_the_price_book_is_shown_before_anything_is_spent(alice, bob, charlie) -> None:
+    prices()
+    price_set(base_model=OTHER, meter=Meter.SAMPLED_TOKENS, per_million=Decimal("0.20"),
+              effective_from=datetime(2099, 1, 1, tzinfo=UTC))  # fmt: skip
+    page = alice.get("/billing").content.decode()
+    table = page.split('id="prices"')[1]
+    assert "any base model" in table and "Training tokens" in table and "$0.30" in table
+    assert "$0.0003" in table  # per thousand training tokens
+    assert "Scheduled changes: Sampled tokens on" in table and "2099-01-01" in table
+    assert charlie.get("/billing").status_code == 200  # prices are the service's, not acme's
 
 
 def test_range_errors_are_shown_in_place(alice) -> None:
     r = alice.get("/billing", {"start": "2025-03-10", "end": "2025-03-01"})
     body = r.content.decode()
-    assert r.status_code == 400 and "end: must not be before start" in body
+    assert r.status_code == 400 and "must not be before start" in body
+    assert "end: must" not in body  # the label names the field
     assert 'id="id_end_error"' in body and 'aria-invalid="true"' in body
     r = alice.get("/billing", {"start": "2024-01-01", "end": "2025-03-01"})
     assert r.status_code == 400 and "at most 366 days" in r.content.decode()

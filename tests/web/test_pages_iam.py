@@ -62,13 +62,13 @@ def test_roles_list_detail_and_create(alice) -> None:
     assert r.status_code == 400 and "a role name is 1 to 64" in r.content.decode()
     r = alice.post("/iam/roles", {"name": "Evaluator", "trust_policy": '{"Version": "2012-10-17"'})
     body = r.content.decode()
-    assert r.status_code == 400 and "trust_policy: invalid JSON" in body
+    assert r.status_code == 400 and "invalid JSON" in body
     assert 'id="id_trust_policy_error"' in body and 'aria-invalid="true"' in body
     r = alice.post(
         "/iam/roles",
         {"name": "Evaluator", "description": "runs evals", "trust_policy": json.dumps(GOOD)},
     )
-    assert r.status_code == 400 and "trust_policy.Statement[0].Action" in r.content.decode()
+    assert r.status_code == 400 and "Statement[0].Action" in r.content.decode()
     r = alice.post(
         "/iam/roles",
         {
@@ -89,11 +89,11 @@ def test_policy_editor_shows_errors_in_place_and_saves(alice) -> None:
     r = alice.post(url, {"policy_name": "readers", "document": json.dumps(BAD, indent=2)})
     body = r.content.decode()
     assert r.status_code == 400
-    assert "document.Statement[1].Effect: must be &quot;Allow&quot; or &quot;Deny&quot;" in body
+    assert "Statement[1].Effect: must be &quot;Allow&quot; or &quot;Deny&quot;" in body
     assert re.search(r'<textarea[^>]*aria-invalid="true"', body)
     assert "Allw" in body  # what was typed stays in the editor
     r = alice.post(url, {"policy_name": "readers", "document": "not json"})
-    assert r.status_code == 400 and "document: invalid JSON" in r.content.decode()
+    assert r.status_code == 400 and "invalid JSON" in r.content.decode()
     r = alice.post(url, {"policy_name": "readers", "document": json.dumps(GOOD)})
     assert r.status_code == 302 and r["Location"] == "/iam/roles/LoopwrightSessionRole"
     role = Role.objects.get(tenant=alice.tenant, name="LoopwrightSessionRole")
@@ -112,13 +112,29 @@ def test_policy_editor_shows_errors_in_place_and_saves(alice) -> None:
     assert alice.get(edit).status_code == 404
 
 
+def test_the_policy_editor_numbers_lines_and_marks_the_errors_line(alice, charlie) -> None:
+    url = "/iam/roles/LoopwrightSessionRole/policies/new"
+    text = json.dumps(BAD, indent=2)
+    wrong = next(i for i, line in enumerate(text.splitlines(), 1) if "Allw" in line)
+    body = alice.post(url, {"policy_name": "readers", "document": text}).content.decode()
+    assert f'<li id="line-{wrong}" class="marked">{wrong}</li>' in body
+    assert f'<a href="#line-{wrong}" class="line-ref">Line {wrong}</a>:' in body
+    assert body.count('<li id="line-') == len(text.splitlines())
+    broken = '{\n  "Version": "2012-10-17",\n  "Statement": [\n    {"Effect": "Allow",}\n  ]\n}'
+    body = alice.post(url, {"policy_name": "readers", "document": broken}).content.decode()
+    assert '<li id="line-4" class="marked">4</li>' in body and "Line 4" in body
+    trusting(alice)  # a role charlie's account does not have
+    theirs = "/iam/roles/Deployer/policies/new"
+    assert charlie.post(theirs, {"policy_name": "x", "document": text}).status_code == 404
+
+
 def test_trust_policy_editor(alice) -> None:
     trusting(alice)
     url = "/iam/roles/Deployer/trust-policy"
     assert "sts:AssumeRole" in alice.get(url).content.decode()
     r = alice.post(url, {"trust_policy": json.dumps(GOOD)})
     body = r.content.decode()
-    assert r.status_code == 400 and "trust_policy.Statement[0].Action: a trust policy" in body
+    assert r.status_code == 400 and "Statement[0].Action: a trust policy" in body
     assert 'id="id_trust_policy_error"' in body
     trust = {
         "Version": "2012-10-17",
@@ -137,7 +153,7 @@ def test_members_and_their_policies(alice, bob) -> None:
     assert "UseKeys" in page and "No inline policies" in page  # the built-in member policy
     url = "/iam/users/bob@example.com/policies/new"
     r = alice.post(url, {"policy_name": "x", "document": json.dumps(BAD)})
-    assert r.status_code == 400 and "document.Statement[1].Effect" in r.content.decode()
+    assert r.status_code == 400 and "Statement[1].Effect" in r.content.decode()
     deny = {"Version": "2012-10-17",
             "Statement": [{"Sid": "NoKeys", "Effect": "Deny", "Action": "kms:*", "Resource": "*"}]}  # fmt: skip
     r = alice.post(url, {"policy_name": "no-kms", "document": json.dumps(deny)})
@@ -152,14 +168,20 @@ def test_api_keys_are_shown_once_and_revoked(alice) -> None:
     page = alice.get("/iam/keys").content.decode()
     first = ApiKey.objects.get(user=alice.user)
     assert first.prefix in page and "active" in page
-    r = alice.post("/iam/keys", {"name": "laptop", "owner": "me", "expires_in_days": "30"})
+    made = alice.post("/iam/keys", {"name": "laptop", "owner": "me", "expires_in_days": "30"})
+    assert made.status_code == 302  # post/redirect/get: a reload never makes another key
+    r = alice.get(made["Location"])
     body = r.content.decode()
     assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
     raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', body).group(1)
     assert 'class="secret"' in body and 'data-copy="#raw-key"' in body
     key = api_key_for(raw)
     assert key is not None and key.user_id == alice.user.pk and key.name == "laptop"
-    assert raw not in alice.get("/iam/keys").content.decode()  # once
+    assert made["Location"] == f"/iam/keys?owner=me&created={key.prefix}"
+    reloaded = alice.get(made["Location"]).content.decode()
+    assert raw not in reloaded and "was shown once" in reloaded  # once
+    assert ApiKey.objects.filter(user=alice.user).count() == 2
+    assert raw not in alice.get("/iam/keys").content.decode()
     r = alice.post("/iam/keys", {"name": "", "owner": "me", "expires_in_days": "0"})
     assert r.status_code == 400 and "greater than or equal to 1" in r.content.decode()
     r = alice.post(f"/iam/keys/{key.prefix}/revoke")
@@ -172,7 +194,7 @@ def test_role_keys_need_the_roles_trust(alice) -> None:
     body = r.content.decode()
     assert r.status_code == 400 and "does not let" in body and 'id="id_owner_error"' in body
     trusting(alice)
-    r = alice.post("/iam/keys", {"name": "ci", "owner": "role:Deployer"})
+    r = alice.get(alice.post("/iam/keys", {"name": "ci", "owner": "role:Deployer"})["Location"])
     assert r.status_code == 200
     raw = re.search(r'<code id="raw-key">(tml-[^<]+)</code>', r.content.decode()).group(1)
     key = api_key_for(raw)
@@ -290,11 +312,37 @@ def test_bob_the_member_is_refused_what_members_may_not_do(alice, bob) -> None:
     assert bob.post(f"/iam/keys/{alice_key.prefix}/revoke").status_code == 403
     # his own keys he may make and revoke
     r = bob.post("/iam/keys", {"name": "bob laptop", "owner": "me"})
-    assert r.status_code == 200
+    assert r.status_code == 302
     mine = ApiKey.objects.get(name="bob laptop")
     assert bob.post(f"/iam/keys/{mine.prefix}/revoke").status_code == 302
     other, _ = api_key_create(tenant=alice.tenant, user=alice.user, name="alice ci")
     assert bob.post(f"/iam/keys/{other.prefix}/revoke").status_code == 403
+
+
+def test_simulator_takes_several_actions_and_checks_the_resource(alice, bob, charlie) -> None:
+    page = alice.get("/iam/simulator").content.decode()
+    assert "data-action-search" in page and 'data-text="iam:createapikey' in page
+    asked = [("principal", "user:bob@example.com"), ("action", "iam:CreateRole"),
+             ("action", "registry:ListModelPackageGroups"), ("action", "sessions:Sample")]  # fmt: skip
+    from urllib.parse import urlencode
+
+    body = alice.get(f"/iam/simulator?{urlencode(asked)}").content.decode()
+    assert "2 of 3 allowed" in body
+    assert "Denied: <code>iam:CreateRole</code>" in body
+    assert "Allowed: <code>registry:ListModelPackageGroups</code>" in body
+    assert body.count('value="sessions:Sample" checked') == 1  # what was asked stays ticked
+    for resource, says in (
+        ("not-an-arn", "not an ARN"),
+        (f"arn:loopwright:iam::{charlie.tenant.account_id}:role/X", "only this account"),
+    ):
+        r = alice.get(f"/iam/simulator?{urlencode([*asked, ('resource', resource)])}")
+        assert r.status_code == 400 and says in r.content.decode(), resource
+        assert 'id="id_resource_error"' in r.content.decode() or "errorlist" in r.content.decode()
+    key = f"arn:loopwright:kms::{alice.tenant.account_id}:key/abc"
+    r = alice.get(
+        f"/iam/simulator?{urlencode([asked[0], ('action', 'iam:GetRole'), ('resource', key)])}"
+    )
+    assert "iam:GetRole applies to role ARNs; this resource is a key" in r.content.decode()
 
 
 def test_simulator_takes_condition_keys(alice, bob) -> None:
@@ -332,8 +380,10 @@ def test_simulator_takes_condition_keys(alice, bob) -> None:
 
 
 def _invite(person, email: str, role: str = "member") -> str:
-    r = person.post("/iam/users/invite", {"email": email, "role": role})
-    assert r.status_code == 200, r.content
+    made = person.post("/iam/users/invite", {"email": email, "role": role})
+    assert made.status_code == 302, made.content  # post/redirect/get
+    r = person.get(made["Location"])
+    assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
     page = r.content.decode()
     match = re.search(r"/invitations/accept\?token=(inv-[\w-]+)", page)
     assert match and "shown <strong>only now</strong>" in page
@@ -394,3 +444,43 @@ def test_change_a_members_role_and_remove_them(alice, bob) -> None:
     assert r.status_code == 302 and r["Location"] == "/iam/users"
     assert not Membership.objects.filter(user__email="bob@example.com").exists()
     assert not ApiKey.objects.filter(user__email="bob@example.com", revoked_at=None).exists()
+
+
+def test_a_reload_of_the_invitation_page_shows_no_link_and_invites_nobody(alice, bob, charlie):
+    from controlplane.tenants.models import Invitation
+
+    made = alice.post("/iam/users/invite", {"email": "erin@example.com", "role": "admin"})
+    token = re.search(r"token=(inv-[\w-]+)", alice.get(made["Location"]).content.decode()).group(1)
+    again = alice.get(made["Location"]).content.decode()
+    assert token not in again and "was shown once" in again
+    assert Invitation.objects.filter(email="erin@example.com").count() == 1
+    # pending on the members page, and revocable there
+    members = alice.get("/iam/users").content.decode()
+    assert "Pending invitations" in members and "erin@example.com" in members
+    invitation = Invitation.objects.get(email="erin@example.com")
+    assert charlie.get(made["Location"]).status_code == 404
+    assert charlie.post(f"/iam/users/invitations/{invitation.pk}/revoke").status_code == 404
+    assert "erin@example.com" not in charlie.get("/iam/users").content.decode()
+    assert bob.post(f"/iam/users/invitations/{invitation.pk}/revoke").status_code == 403
+    gone = alice.post(f"/iam/users/invitations/{invitation.pk}/revoke")
+    assert gone.status_code == 302 and not Invitation.objects.filter(pk=invitation.pk).exists()
+    refused = type(alice)().post("/invitations/accept", {"token": token, "password": PASSWORD})
+    assert refused.status_code == 404
+    assert "No invitation is waiting" in alice.get("/iam/users").content.decode()
+
+
+def test_inviting_a_member_warns_and_invites_nobody(alice, bob):
+    from controlplane.tenants.models import Invitation
+
+    page = alice.get("/iam/users").content.decode()
+    assert 'id="member-emails"' in page and "bob@example.com" in page  # the form warns as you type
+    r = alice.post("/iam/users/invite", {"email": "Bob@example.com", "role": "admin"})
+    body = r.content.decode()
+    assert r.status_code == 400 and 'id="invite_email_error"' in body
+    assert "already a member of this account (member)" in body
+    assert not Invitation.objects.exists()
+
+
+def test_a_member_sees_the_invite_form_as_not_theirs(bob):
+    page = bob.get("/iam/users").content.decode()
+    assert "Create invitation" not in page and "iam:CreateUser" in page

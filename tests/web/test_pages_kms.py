@@ -40,7 +40,7 @@ def test_empty_list_says_what_to_do(alice) -> None:
 def test_create_validates_in_place(alice) -> None:
     r = alice.post("/kms", {"alias": "evals", "provider": "local", "description": ""})
     body = r.content.decode()
-    assert r.status_code == 400 and "alias: must match" in body and 'id="id_alias_error"' in body
+    assert r.status_code == 400 and "must match" in body and 'id="id_alias_error"' in body
     r = alice.post("/kms", {"alias": "alias/evals", "provider": "local", "description": "x"})
     made = KmsKey.objects.get(tenant=alice.tenant, alias="alias/evals")
     assert r.status_code == 302 and r["Location"] == f"/kms/keys/{made.id}"
@@ -67,7 +67,7 @@ def test_state_changes_and_rotation(alice, key) -> None:
     assert alice.post(f"{base}/enable").status_code == 302
     r = alice.post(f"{base}/schedule-deletion", {"pending_window_days": "3"})
     body = r.content.decode()
-    assert r.status_code == 400 and "pending_window_days: an integer from 7 to 30" in body
+    assert r.status_code == 400 and "an integer from 7 to 30" in body
     assert 'id="id_pending_window_days_error"' in body
     r = alice.post(f"{base}/schedule-deletion", {"pending_window_days": "7"})
     assert r.status_code == 302

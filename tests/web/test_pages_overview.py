@@ -56,7 +56,7 @@ def test_overview_counts_live_sessions_tokens_and_cost(alice, charlie, worker):
     html = alice.get("/overview").content.decode()
     assert 'Live sessions</div><div class="value">2</div>' in html
     assert 'Tokens this month</div><div class="value">5</div>' in html
-    assert "10.000000" in html  # five tokens at two dollars
+    assert "$10.00" in html and "USD" not in html  # five tokens at two dollars, one money format
     assert "alice-run" in html and "second" in html and "charlie-run" not in html
     assert f"tinker://{model.id}/sampler_weights/s1" in html
     assert "No session yet" not in html

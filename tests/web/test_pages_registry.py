@@ -189,3 +189,26 @@ def test_a_billing_viewer_may_look_but_not_approve(alice, versions) -> None:
 def test_bob_the_member_may_approve(bob, versions) -> None:
     r = bob.post("/registry/groups/my-rl/versions/1/approval", {"approval_status": "Approved"})
     assert r.status_code == 302
+
+
+def test_a_versions_step_is_its_runs_optimizer_step_and_its_values_read_well(
+    alice, charlie, versions
+) -> None:
+    from controlplane.training_sessions.models import Operation
+
+    model = TrainingModel.objects.get(pk=versions[0].model_id)
+    for seq in range(1, 16):  # optimizer steps at 2, 4, …, 14: seven before v2 (saved at 20)
+        kind = Operation.Kind.OPTIM_STEP if seq % 2 == 0 else Operation.Kind.FORWARD_BACKWARD
+        Operation.objects.create(
+            tenant=alice.tenant, session=model.session, model=model, seq_id=seq, kind=kind,
+            payload={}, payload_digest=str(seq), status=Operation.Status.DONE,
+        )  # fmt: skip
+    ModelPackage.objects.filter(pk=versions[1].pk).update(metrics={"loss": 15.993757247924805})
+    group = alice.get("/registry/groups/my-rl").context["versions"]
+    assert {v["p"].version: v["step"] for v in group} == {1: 4, 2: 7}
+    page = alice.get("/registry/groups/my-rl/versions/2").content.decode()
+    assert "after optimizer step 7" in page and "(operation 20 of its run)" in page
+    assert "15.99" in page and "15.993757" not in page
+    assert "None" not in page.split("<main", 1)[1]
+    assert "adapter-with-optimizer.tar.gz" in page
+    assert charlie.get("/registry/groups/my-rl/versions/2").status_code == 404

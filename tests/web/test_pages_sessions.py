@@ -3,6 +3,8 @@ one session's page (timeline, curves, checkpoints, snippet) and Stop; charlie se
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from controlplane.tenants.models import Membership, StorageLocation, Subnet
@@ -95,9 +97,17 @@ def test_creating_a_session_makes_its_model_like_the_api(alice, worker):
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"rank": "eight"}, "rank", "lora_config.rank: Input should be a valid integer"),
-        ({"alpha": "lots"}, "alpha", "lora_config.alpha: Input should be a valid number"),
-        ({"subnets": "subnet-xyz", "security_group_ids": "sg-0123456789"}, "subnets", "subnets[0]"),
+        ({"rank": "eight"}, "rank", "a whole number"),
+        ({"rank": "0"}, "rank", "must be between 1 and 128, got 0"),
+        ({"rank": "100000"}, "rank", "must be between 1 and 128, got 100000"),
+        ({"alpha": "lots"}, "alpha", "a number, e.g. 16"),
+        ({"alpha": "-5"}, "alpha", "must be greater than 0, got -5"),
+        ({"alpha": "0"}, "alpha", "must be greater than 0"),
+        (
+            {"subnets": "subnet-xyz", "security_group_ids": "sg-0123456789"},
+            "subnets",
+            "&#x27;subnet-xyz&#x27; is not a subnet id",
+        ),
         ({"subnets": "subnet-0123456789"}, "security_group_ids", "security_group_ids"),
         (
             {"subnets": "subnet-0123456789", "security_group_ids": "sg-0123456789"},
@@ -117,7 +127,85 @@ def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change,
     html = page.content.decode()
     assert f'id="id_{field}_error"' in html, html[html.find("<form") :][:3000]
     assert message in html
+    error = html[html.find(f'id="id_{field}_error"') :][:400]
+    assert "lora_config" not in error and "vpc_config" not in error  # the label names the field
     assert not Session.objects.filter(tenant=alice.tenant).exists()  # nothing half-made
+
+
+@pytest.mark.parametrize(
+    ("lora", "field"),
+    [
+        ({"rank": 0}, "lora_config.rank"),
+        ({"rank": 100000}, "lora_config.rank"),
+        ({"rank": 8, "alpha": -5}, "lora_config.alpha"),
+        ({"rank": 8, "seed": -1}, "lora_config.seed"),
+        (
+            {"rank": 8, "train_attn": False, "train_mlp": False, "train_unembed": False},
+            "lora_config",
+        ),
+    ],
+)
+def test_the_api_refuses_the_same_adapters_before_making_a_model(
+    alice, charlie, worker, lora, field
+):
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=alice.api_key)
+    made = api.post(
+        "/api/v1/create_session",
+        {"tags": [], "sdk_version": "t", "role_arn": alice.role_arn},
+        format="json",
+    )
+    sid = made.json()["session_id"]
+    body = {"session_id": sid, "model_seq_id": 0, "base_model": BASE_MODEL, "lora_config": lora}
+    refused = api.post("/api/v1/create_model", body, format="json")
+    assert refused.status_code == 400 and refused.json()["field"] == field, refused.content
+    assert not TrainingModel.objects.filter(session_id=sid).exists()
+    theirs = APIClient()
+    theirs.credentials(HTTP_X_API_KEY=charlie.api_key)
+    good = body | {"lora_config": {"rank": 8}}
+    assert theirs.post("/api/v1/create_model", good, format="json").status_code == 404
+
+
+def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_slot(
+    alice, charlie, worker, settings
+):
+    settings.MAX_CONCURRENT_SESSIONS = 1
+    page = alice.post("/sessions/new", form(alice))
+    session = Session.objects.get(tenant=alice.tenant)
+    assert page.headers["Location"] == f"/sessions/{session.id}"
+    create = Operation.objects.get(session=session, kind=Operation.Kind.CREATE_MODEL)
+    finish(create, error="CUDA out of memory while making the adapter")
+    session.refresh_from_db()
+    assert session.state == Session.State.FAILED and session.ended_at is not None
+    assert TrainingModel.objects.get(session=session).state == TrainingModel.State.FAILED
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Its model could not be created" in html and "CUDA out of memory" in html
+    listing = alice.get("/sessions").content.decode()
+    assert "failed" in listing and "CUDA out of memory" in listing
+    overview = alice.get("/overview").content.decode()
+    assert "CUDA out of memory" in overview
+    # its quota slot is free again: another session can start
+    again = alice.post("/sessions/new", form(alice, name="second"))
+    assert again.status_code == 302, again.content.decode()[:2000]
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+
+
+def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, charlie, worker):
+    session, _ = new_session(alice)
+    op = submit.model_create(
+        tenant=alice.tenant,
+        session_id=session.id,
+        model_seq_id=1,
+        base_model=BASE_MODEL,
+        lora={"rank": 4},
+    )
+    finish(op, error="out of memory")
+    session.refresh_from_db()
+    assert session.state == Session.State.ACTIVE
+    assert "could not be created" not in alice.get(f"/sessions/{session.id}").content.decode()
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
 def test_another_tenants_role_is_not_found_on_the_role_field(alice, charlie, worker):
@@ -203,10 +291,11 @@ def test_session_page_shows_state_lora_timeline_curves_and_snippet(alice, worker
     assert page.status_code == 200
     html = page.content.decode()
     assert session.id in html and model.id in html and BASE_MODEL in html
-    assert "LoRA rank</dt><dd>8" in html and "LoRA alpha</dt><dd>16.0" in html
+    assert "LoRA rank</dt><dd>8" in html and "LoRA alpha</dt><dd>16</dd>" in html
+    assert "seed</dt><dd>None" not in html and "None" not in html.split("<main", 1)[1]
     assert 'class="badge active"' in html
     # the timeline: kinds, seq ids, tokens, duration, the error
-    assert "forward backward" in html and "optim step" in html and "create model" in html
+    assert "forward + backward" in html and "optimizer step" in html and "create model" in html
     assert "target_tokens is missing" in html and 'class="badge failed"' in html
     assert ">4</td>" in html  # a pass's tokens
     assert "16" in html  # the session's tokens in all
@@ -217,14 +306,154 @@ def test_session_page_shows_state_lora_timeline_curves_and_snippet(alice, worker
     assert "from loopwright import ServiceClient" in html
     assert f"svc.create_training_client(&quot;{model.id}&quot;)" in html  # its live model
     assert f"role_arn=&quot;{alice.role_arn}&quot;" in html
-    assert f'data-refresh="/sessions/{session.id}"' in html
+    for part in ("summary", "curves", "ops"):
+        assert f'data-refresh="/sessions/{session.id}?part={part}"' in html
     assert 'action="/sessions/' + session.id + '/stop"' in html
+    assert 'data-confirm="Stop the session' in html  # it asks first
 
 
-def test_session_page_fragment_is_its_live_part(alice, worker):
+def test_session_page_parts_are_its_live_regions(alice, charlie, worker):
     session, _ = trained(alice)
-    html = alice.get(f"/sessions/{session.id}", headers={"X-Fragment": "1"}).content.decode()
-    assert "<html" not in html and "Operations" in html and "optim step" in html
+
+    def part(name: str, **query) -> str:
+        r = alice.get(
+            f"/sessions/{session.id}", {"part": name, **query}, headers={"X-Fragment": "1"}
+        )
+        assert r.status_code == 200 and "<html" not in r.content.decode()
+        return r.content.decode()
+
+    assert "Model" in part("summary") and "Checkpoints" in part("summary")
+    assert 'aria-label="Loss per token"' in part("curves")
+    assert "optimizer step" in part("ops") and "target_tokens is missing" in part("ops")
+    assert "Checkpoints" not in part("ops")
+    r = charlie.get(f"/sessions/{session.id}", {"part": "ops"}, headers={"X-Fragment": "1"})
+    assert r.status_code == 404
+
+
+def test_operations_are_paged_and_filtered_by_kind_and_status(alice, charlie, worker):
+    session, model = new_session(alice)
+    for seq in range(1, 61):
+        op = operation(model, FB if seq % 2 else STEP, seq, train_tokens(3) if seq % 2 else {})
+        if seq <= 50:
+            finish(op, {"metrics": {"loss:sum": 3.0, "tokens:sum": 3.0}} if seq % 2 else {})
+    first = alice.get(f"/sessions/{session.id}")
+    rows = first.context["ops"]
+    assert len(rows) == 25 and rows[0].seq_id == 60  # newest first
+    assert first.context["ops_page"].paginator.count == 61
+    assert "Page 1 of 3" in first.content.decode()
+    third = alice.get(f"/sessions/{session.id}", {"page": "3"}).context["ops"]
+    assert [r.seq_id for r in third] == [10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0]
+    steps = alice.get(f"/sessions/{session.id}", {"kind": STEP}).context
+    assert {r.kind for r in steps["ops"]} == {STEP} and steps["ops_page"].paginator.count == 30
+    # the step column counts optimizer steps: seq 2 is step 1, seq 3 (a pass after it) step 2
+    by_seq = {r.seq_id: r for r in third}
+    assert by_seq[2].step == 1 and by_seq[3].step == 2 and by_seq[0].step is None
+    pending = alice.get(f"/sessions/{session.id}", {"status": "pending"}).context["ops"]
+    assert len(pending) == 10 and {r.status for r in pending} == {"pending"}
+    both = alice.get(f"/sessions/{session.id}", {"status": "pending", "kind": FB, "page": "1"})
+    assert {(r.kind, r.status) for r in both.context["ops"]} == {(FB, "pending")}
+    html = both.content.decode()
+    assert '<option value="forward_backward" selected>' in html
+    assert "kind=forward_backward&amp;status=pending" in html or "status=pending&amp;kind" in html
+    odd = alice.get(f"/sessions/{session.id}", {"kind": "nonsense", "page": "x"})
+    assert odd.status_code == 200 and odd.context["ops_page"].number == 1
+    assert charlie.get(f"/sessions/{session.id}", {"page": "2"}).status_code == 404
+
+
+def test_curves_smooth_log_scale_hover_values_and_compare_runs_of_a_group(alice, charlie, worker):
+    group = f"arn:loopwright:registry::{alice.tenant.account_id}:model-package-group/sweep"
+    runs = []
+    for name in ("lr-1e-4", "lr-1e-3"):
+        session, model = new_session(alice, name)
+        Session.objects.filter(pk=session.pk).update(platform={"model_package_group_arn": group})
+        for step in range(1, 6):
+            finish(
+                operation(model, FB, 2 * step - 1),
+                {"metrics": {"loss:sum": 10.0 / step, "tokens:sum": 2.0}},
+            )
+            finish(operation(model, STEP, 2 * step), {})
+        runs.append(session)
+    other, _ = new_session(alice, "elsewhere")
+    mine = runs[1]
+    html = alice.get(f"/sessions/{mine.id}").content.decode()
+    # hover values: a band per step, naming the value there
+    assert 'class="hover"' in html and "optimizer step 3 · loss per token: 1.667" in html
+    assert "Compare with other runs of sweep" in html and "lr-1e-4" in html
+    assert "elsewhere" not in html.split("Compare with", 1)[1].split("</fieldset>", 1)[0]
+    smooth = alice.get(f"/sessions/{mine.id}", {"smooth": "0.6"}).content.decode()
+    assert "(smoothed " in smooth and 'opacity="0.3"' in smooth
+    assert '<option value="0.6" selected>' in smooth
+    log = alice.get(f"/sessions/{mine.id}", {"scale": "log"}).content.decode()
+    assert '<option value="log" selected>' in log
+    both = alice.get(f"/sessions/{mine.id}", {"compare": runs[0].id}).content.decode()
+    loss_chart = both.split('aria-label="Loss per token"', 1)[1].split("</figure>", 1)[0]
+    assert loss_chart.count("<polyline") == 2 and "lr-1e-4 · loss per token" in loss_chart
+    # a run that is not of the group, or charlie's, is never drawn
+    assert (
+        alice.get(f"/sessions/{mine.id}", {"compare": other.id})
+        .content.decode()
+        .count("elsewhere · loss")
+        == 0
+    )
+    assert charlie.get(f"/sessions/{mine.id}", {"compare": runs[0].id}).status_code == 404
+
+
+def test_failovers_are_told_in_plain_words(alice, charlie, worker):
+    from datetime import UTC, datetime, timedelta
+
+    from controlplane.training_sessions.models import Recovery
+
+    session, model = new_session(alice)
+    for seq in range(1, 9):
+        finish(operation(model, FB if seq % 2 else STEP, seq), {})
+    at = datetime(2026, 3, 2, 14, 3, 12, tzinfo=UTC)
+    Recovery.objects.create(
+        tenant=alice.tenant, session=session, model=model, cause=Recovery.Cause.WORKER_LOST,
+        from_worker="gpu0", to_worker="gpu1", declared_at=at, declared_by="gpu1", requeued=2,
+        recovery_seq=6, recovery_kind="snapshot", replayed=3,
+        restored_at=at + timedelta(seconds=4.2), outcome=Recovery.Outcome.RESTORED,
+    )  # fmt: skip
+    Recovery.objects.create(
+        tenant=alice.tenant, session=session, model=model, cause=Recovery.Cause.WORKER_STOPPED,
+        from_worker="gpu1", declared_at=at + timedelta(minutes=5), declared_by="gpu1",
+        outcome=Recovery.Outcome.FAILED, error="no worker serves acme/base",
+    )  # fmt: skip
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Failovers" in html
+    assert (
+        "Worker gpu0 was lost (silent past its lease) at 14:03:12 UTC on 2026-03-02, noticed by gpu1."
+        in html
+    )
+    assert "2 queued operations moved with it." in html
+    assert (
+        "The model resumed on gpu1 from its snapshot after step 3 (operation 6), replayed 3 "
+        "operations completed since, back 4.2 s after the loss was noticed." in html
+    )
+    assert "Worker gpu1 stopped and handed its models over" in html
+    assert "It could not be restored: no worker serves acme/base." in html
+    assert html.index("stopped and handed") < html.index("was lost")  # newest first
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+
+
+def test_a_member_without_stop_sees_the_button_disabled_with_the_reason(alice, charlie, worker):
+    from controlplane.iam.services import user_policy_put
+    from controlplane.tenants.selectors import membership_get
+
+    session, _ = new_session(alice)
+    user = user_create(email="vic@example.com", password=PASSWORD)
+    membership = membership_add(tenant=alice.tenant, user=user, role=Membership.Role.MEMBER)
+    deny = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "sessions:StopTrainingSession", "Resource": "*"}]}  # fmt: skip
+    user_policy_put(
+        membership=membership_get(tenant=alice.tenant, username="vic@example.com"),
+        name="no-stop",
+        document=deny,
+    )
+    vic = logged_in(membership, role_arn=alice.role_arn, api_key="")
+    html = vic.get(f"/sessions/{session.id}").content.decode()
+    assert "You may not stop it (sessions:StopTrainingSession)" in html
+    assert 'action="/sessions/' + session.id + '/stop"' not in html
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
 def test_loss_per_step_sums_the_passes_of_each_step():
@@ -340,3 +569,43 @@ def test_live_refreshes_are_audited_only_when_refused(alice, bob, worker):
     refused = bob.get(f"/sessions/{session.id}", headers={"X-Fragment": "1"})
     assert refused.status_code == 403
     assert rows.filter(allowed=False, principal__endswith="bob@example.com").count() == 1
+
+
+def test_the_form_prices_a_run_before_anything_is_spent(alice, worker):
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from controlplane.metering.services import price_set
+
+    price_set(base_model="*", meter="train_tokens", per_million=Decimal("0.30"),
+              effective_from=datetime(2025, 1, 1, tzinfo=UTC))  # fmt: skip
+    html = alice.get("/sessions/new").content.decode()
+    assert "What it costs." in html and "training tokens $0.30" in html
+    # 1,000 steps × 8 sequences × 512 tokens = 4,096,000 training tokens at $0.30 per million
+    assert "4,096,000" in html and "$1.2288" in html
+    assert 'id="estimate-prices"' in html and '"train_tokens": "0.300000"' in html
+
+
+def test_the_rank_limit_is_the_engines():
+    from controlplane.training_sessions.services.lora import MAX_LORA_RANK
+    from workers.engine.host import HostConfig
+
+    assert HostConfig().max_lora_rank == MAX_LORA_RANK
+
+
+def test_curves_smoothing_and_log_ticks():
+    from web.charts import Series, ema, line_chart
+
+    assert ema([1.0, 1.0, 1.0], 0.9) == pytest.approx([1.0, 1.0, 1.0])  # debiased from the start
+    assert ema([0.0, 10.0], 0.5) == pytest.approx([0.0, 20 / 3])
+    assert ema([3.0, 1.0], 0.0) == [3.0, 1.0]
+    points = [(float(x), 8.0 / x) for x in range(1, 21)]
+    svg = line_chart("Loss per token", [Series("loss", points)], log_y=True)
+    ticks = re.findall(r'class="tick"[^>]*text-anchor="end">([^<]+)<', svg)
+    assert ticks == ["0.2", "0.5", "1", "2", "5", "10"]
+    with_zero = line_chart(
+        "Loss", [Series("loss", [(1.0, 0.0), (2.0, 1.0), (3.0, 0.5)])], log_y=True
+    )
+    assert with_zero.count("<circle") == 2  # a log scale leaves out what is not above zero
+    nothing = line_chart("Loss", [Series("loss", [(1.0, 0.0)])], log_y=True)
+    assert "above zero" in nothing

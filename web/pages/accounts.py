@@ -19,9 +19,12 @@ from controlplane.fleet.selectors import served_base_models
 from controlplane.fleet.services import live_workers
 from controlplane.iam.access import client_ip
 from controlplane.iam.provisioning import account_create
+from controlplane.iam.resources import role_arn
+from controlplane.iam.services import SESSION_ROLE_NAME
 from controlplane.tenants import services as tenant_services
 from controlplane.tenants.logins import login_check
 
+from .. import shown_once
 from ..account_forms import AcceptForm, LoginForm, SignupForm, show_error
 from ..context import ACCOUNT_KEY, page, principal_for
 
@@ -67,32 +70,44 @@ def status(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     form = SignupForm(request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            account = account_create(
-                email=form.cleaned_data["email"],
-                password=form.cleaned_data["password"],
-                tenant_name=form.cleaned_data["tenant_name"],
-            )
-        except DomainError as exc:
-            show_error(form, exc)
-        else:
-            login(request, account.membership.user, backend=_BACKEND)
-            request.session[ACCOUNT_KEY] = account.membership.tenant.account_id
-            request.principal = principal_for(request)
-            # The key is shown in this response only: it is stored nowhere but as a digest.
-            return render(
-                request,
-                "web/accounts/welcome.html",
-                {
-                    "account": account,
-                    "api_key": account.api_key,
-                    "role_arn": account.session_role.arn,
-                    "base_url": request.build_absolute_uri("/").rstrip("/"),
-                },
-            )
+    if request.method == "POST":
+        parsed = form.is_valid()
+        data = {name: form.cleaned_data.get(name, "") for name in form.fields}
+        fields = {"email": data["email"], "password": data["password"]}
+        problems = tenant_services.signup_problems(**fields, tenant_name=data["tenant_name"])
+        for problem in problems:  # every field's problem at once, each under its field
+            if problem.field not in form.errors:
+                show_error(form, problem)
+        if parsed and not problems:
+            try:
+                account = account_create(**fields, tenant_name=data["tenant_name"])
+            except DomainError as exc:  # a race with another sign-up for the same email
+                show_error(form, exc)
+            else:
+                login(request, account.membership.user, backend=_BACKEND)
+                request.session[ACCOUNT_KEY] = account.membership.tenant.account_id
+                # post/redirect/get: the welcome page shows the key once; a reload makes nothing
+                shown_once.keep(request, "signup", "welcome", {"api_key": account.api_key})
+                return redirect("/welcome")
     status_code = 400 if form.is_bound else 200
     return render(request, "web/accounts/signup.html", {"form": form}, status=status_code)
+
+
+@never_cache  # it shows the first API key once
+@page
+def welcome(request: HttpRequest) -> HttpResponse:
+    """The page after sign-up: the first API key (once), the session role and how to start."""
+    fresh = shown_once.take(request, "signup", "welcome")
+    role = role_arn(request.tenant, SESSION_ROLE_NAME)
+    return render(
+        request,
+        "web/accounts/welcome.html",
+        {
+            "api_key": fresh["api_key"] if fresh else None,
+            "role_arn": role,
+            "base_url": request.build_absolute_uri("/").rstrip("/"),
+        },
+    )
 
 
 @never_cache
@@ -217,6 +232,7 @@ urlpatterns = [
     path("", landing, name="landing"),
     path("status", status, name="status"),
     path("signup", signup, name="signup"),
+    path("welcome", welcome, name="welcome"),
     path("login", login_view, name="login"),
     path("logout", logout_view, name="logout"),
     path("invitations/accept", invitation_accept, name="invitation_accept"),

@@ -1,9 +1,11 @@
-"""The audit log of the account, newest first: every authorization decision and operator change,
-filtered by action, principal, decision, date range and resource, from the same selector and IAM
+"""The audit log of the account, newest first: every authorization decision and operator change
+with what became of it, changes only unless reads are asked for, filtered by action and resource
+(any part of them), principal, decision, outcome and date range, from the same selector and IAM
 action as the API's ``audit/events`` (``audit:LookupEvents``)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, time, timedelta
 
 from django import forms
@@ -24,15 +26,30 @@ SUGGEST_FROM = 1000  # latest events whose principals and actions the filters su
 DECISIONS = {"allow": True, "deny": False}
 
 
+OUTCOMES = {"succeeded": "succeeded", "failed": "failed"}
+
+
 class FilterForm(Form):
     action = forms.CharField(
-        required=False, max_length=100, widget=forms.TextInput(attrs={"list": "actions"})
+        label="Action contains",
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"list": "actions", "placeholder": "e.g. ApiKey"}),
     )
     principal = forms.CharField(
         required=False, max_length=400, widget=forms.TextInput(attrs={"list": "principals"})
     )
     decision = forms.ChoiceField(
         required=False, choices=[("", "Any"), ("allow", "Allowed"), ("deny", "Denied")]
+    )
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any"), ("succeeded", "Succeeded"), ("failed", "Failed")],
+    )
+    reads = forms.BooleanField(
+        label="Include reads",
+        required=False,
+        help_text="Page views and other reads; by default only changes are listed.",
     )
     since = forms.DateField(
         label="From", required=False, widget=forms.DateInput(attrs={"type": "date"})
@@ -56,6 +73,14 @@ def short(arn: str) -> str:
     always this one, so the resource part says it all (anything else is shown as it is)."""
     parts = arn.split(":", 5)
     return parts[5] if len(parts) == 6 and parts[0] == "arn" and parts[5] else arn
+
+
+_ARN_HEAD = re.compile(r"arn:loopwright:[a-z0-9-]*::(\d{12}):")
+
+
+def short_text(text: str, account: str) -> str:
+    """``text`` with this account's ARNs written as their resource part (as the columns are)."""
+    return _ARN_HEAD.sub(lambda m: "" if m.group(1) == account else m.group(0), text)
 
 
 def _midnight(day) -> datetime:
@@ -85,18 +110,21 @@ def events(request: HttpRequest) -> HttpResponse:
         since, until = f.get("since"), f.get("until")
         query = audit_events(
             tenant=request.tenant,
-            action=(f.get("action") or "").strip() or None,
+            action_contains=(f.get("action") or "").strip() or None,
             principal=(f.get("principal") or "").strip() or None,
             allowed=DECISIONS.get(f.get("decision") or ""),
             since=_midnight(since) if since else None,
             until=_midnight(until + timedelta(days=1)) if until else None,
             before_id=f.get("before"),
+            resource_contains=(f.get("resource") or "").strip() or None,
+            changes_only=not f.get("reads"),
+            outcome=OUTCOMES.get(f.get("outcome") or ""),
         )
-        if f.get("resource"):
-            query = query.filter(resource__icontains=f["resource"].strip())
         found = list(query[: PER_PAGE + 1])
         more = len(found) > PER_PAGE
         found = found[:PER_PAGE]
+        for e in found:  # this account's ARNs, shortened as the columns are
+            e.error_text = short_text(e.error, request.tenant.account_id)
         filters = {k: v for k, v in request.GET.items() if k != "before" and v}
     return render(
         request,
@@ -109,6 +137,7 @@ def events(request: HttpRequest) -> HttpResponse:
             if form.is_bound and form["before"].value()
             else None,
             "filtered": any(v for k, v in filters.items()),
+            "reads": bool(form.is_bound and form.is_valid() and form.cleaned_data.get("reads")),
             "actions": actions,
             "principals": principals,
         },

@@ -1,5 +1,5 @@
 """Billing: usage and cost over a date range (by day and meter, by session, by base model), the
-CSV export and the current month's invoice preview, from the same reports and IAM actions as the
+CSV export, the current month's invoice preview and the price book in force, from the same reports and IAM actions as the
 billing API (``billing:GetUsageReport``, ``billing:GetInvoices``)."""
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from controlplane.errors import DomainError
+from controlplane.fleet.selectors import served_base_models
 from controlplane.metering import reports
 from controlplane.metering.models import Meter
 
 from ..charts import Series, bar_chart
 from ..context import allow, may, page
 from ..formkit import Form
+from ..prices import price_rows, scheduled
+from ..values import meter_name, usd
 
 TOP_SESSIONS = 50
 
@@ -32,14 +35,6 @@ class RangeForm(Form):
 
 def tokens(n: int) -> str:
     return f"{n:,}"
-
-
-def usd(amount: Decimal | str) -> str:
-    """``$1,234.50``, ``$0.000125``: thousands separators, cents always, and the exact fraction
-    of a cent as the API reports it (up to 6 decimal places)."""
-    text = f"{Decimal(amount).quantize(reports.COST_PLACES):,.6f}"
-    whole, fraction = text.split(".")
-    return f"${whole}.{fraction.rstrip('0').ljust(2, '0')}"
 
 
 def _days(start: date, end: date) -> list[date]:
@@ -60,8 +55,14 @@ def _charts(report: reports.Report, start: date, end: date) -> tuple[str, str]:
         cost[key["meter"]].append((i, float(line.cost)))
     used = [m for m in Meter.values if quantity[m]]
     return (
-        bar_chart("Tokens per day, by meter", labels, [Series(m, quantity[m]) for m in used]),
-        bar_chart("Cost per day in USD, by meter", labels, [Series(m, cost[m]) for m in used]),
+        bar_chart(
+            "Tokens per day, by meter", labels, [Series(meter_name(m), quantity[m]) for m in used]
+        ),
+        bar_chart(
+            "Cost per day in US dollars, by meter",
+            labels,
+            [Series(meter_name(m), cost[m]) for m in used],
+        ),
     )
 
 
@@ -75,9 +76,10 @@ def _breakdown(report: reports.Report, key: str) -> list[dict]:
             share = float(line.cost / total_cost * 100)
         else:
             share = line.quantity / total_quantity * 100 if total_quantity else 0.0
+        name = dict(line.key)[key]
         rows.append(
             {
-                "name": dict(line.key)[key],
+                "name": meter_name(name) if key == "meter" else name,
                 "tokens": tokens(line.quantity),
                 "cost": usd(line.cost),
                 "share": round(share, 1),
@@ -153,13 +155,25 @@ def usage(request: HttpRequest) -> HttpResponse:
         context["invoice_allowed"] = True
         context["invoice"] = preview | {
             "rows": [
-                line | {"tokens": tokens(line["quantity"]), "amount": usd(line["cost"])}
+                line
+                | {
+                    "tokens": tokens(line["quantity"]),
+                    "amount": usd(line["cost"]),
+                    "meter_label": meter_name(line["meter"]),
+                }
                 for line in preview["lines"]
             ],
             "total_tokens": tokens(preview["total_quantity"]),
             "subtotal_text": usd(preview["subtotal"]),
             "amount_due_text": usd(preview["amount_due"]),
+            # charged in whole cents: a subtotal under half a cent is nothing to pay
+            "rounded_away": Decimal(preview["subtotal"]) > 0
+            and Decimal(preview["amount_due"]) == 0,
         }
+    now = timezone.now()
+    served = [m.name for m in served_base_models()]
+    context["prices"] = price_rows(base_models=served, now=now)
+    context["price_changes"] = scheduled(now=now)
     return render(request, "web/billing/usage.html", context, status=400 if chosen is None else 200)
 
 

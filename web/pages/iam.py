@@ -4,9 +4,6 @@ IAM action of the API route it mirrors."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -17,7 +14,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from controlplane.errors import NotFound
 from controlplane.iam import selectors, services
 from controlplane.iam.builtin import DOCUMENTS
-from controlplane.iam.models import RolePolicy, UserPolicy
 from controlplane.iam.resources import role_arn, user_arn
 from controlplane.tenants import selectors as tenants
 
@@ -25,24 +21,23 @@ from ..context import allow, page
 from ..formkit import Form, code_area, submit
 from ..iam_keys import key_list, key_revoke
 from ..iam_members import RoleForm as MembershipForm
-from ..iam_members import member_invite, member_list, member_remove, member_role, member_url
-from ..iam_simulator import catalogue, simulator
-
-EXAMPLE_POLICY = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Sid": "ReadRegistry",
-            "Effect": "Allow",
-            "Action": ["registry:Describe*", "registry:List*"],
-            "Resource": "*",
-        }
-    ],
-}
-
-
-def pretty(document: dict) -> str:
-    return json.dumps(document, indent=2)
+from ..iam_members import (
+    invitation_detail,
+    invitation_revoke,
+    member_invite,
+    member_list,
+    member_remove,
+    member_role,
+    member_url,
+)
+from ..iam_policy_editor import (
+    TrustForm,
+    editor,
+    editor_action,
+    policy_page,
+    pretty,
+)
+from ..iam_simulator import simulator
 
 
 class RoleForm(Form):
@@ -55,23 +50,6 @@ class RoleForm(Form):
         initial=pretty(services.DEFAULT_TRUST_POLICY),
         strip=False,
     )
-
-
-class PolicyForm(Form):
-    policy_name = forms.CharField(
-        label="Policy name", max_length=200, help_text="1–128 letters, digits or +=,.@_-"
-    )
-    document = forms.CharField(
-        label="Policy document (JSON)",
-        widget=code_area(18),
-        strip=False,
-        help_text="IAM JSON: Version, Statement with Effect, Action and Resource. Errors name "
-        "the element, e.g. Statement[0].Action[1].",
-    )
-
-
-class TrustForm(Form):
-    trust_policy = forms.CharField(label="Trust policy (JSON)", widget=code_area(16), strip=False)
 
 
 # -- roles -------------------------------------------------------------------------------------
@@ -100,7 +78,7 @@ def role_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "web/iam/roles.html",
-        {"roles": roles, "form": form},
+        {"roles": roles, "form": form, "role_wildcard": role_arn(request.tenant, "*")},
         status=400 if form.is_bound else 200,
     )
 
@@ -143,8 +121,19 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
     else:
         allow(request, "iam:GetRole", arn)
         role = selectors.role_get(tenant=request.tenant, name=name)
-        form = TrustForm(initial={"trust_policy": pretty(role.trust_policy)})
-    return _editor(
+        document = role.trust_policy
+        if request.GET.get("template") == "sessions":
+            document = services.DEFAULT_TRUST_POLICY
+        elif request.GET.get("template") == "members":
+            document = services.trust_for_members(request.tenant.account_id)
+            messages.info(
+                request,
+                "The trust policy below lets training sessions run as the role and every member "
+                "of this account assume it (to make API keys that act as it). Nothing is saved "
+                "until you press Save.",
+            )
+        form = TrustForm(initial={"trust_policy": pretty(document)})
+    return editor(
         request,
         form,
         owner_kind="role",
@@ -154,6 +143,10 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
         title=f"Trust policy of {name}",
         action=f"/iam/roles/{name}/trust-policy",
         trust=True,
+        templates=[
+            ("sessions", "Training sessions only (the default)"),
+            ("members", "Training sessions and this account's members"),
+        ],
     )
 
 
@@ -162,7 +155,7 @@ def role_trust(request: HttpRequest, name: str) -> HttpResponse:
 def role_policy(request: HttpRequest, name: str, policy_name: str | None = None) -> HttpResponse:
     """Add (``policy_name`` None) or edit one inline policy of a role."""
     arn = role_arn(request.tenant, name)
-    allow(request, _editor_action(request, "Role", policy_name), arn)
+    allow(request, editor_action(request, "Role", policy_name), arn)
     role = selectors.role_get(tenant=request.tenant, name=name)
     existing = None
     if policy_name is not None:
@@ -175,7 +168,7 @@ def role_policy(request: HttpRequest, name: str, policy_name: str | None = None)
             role=role, name=data["policy_name"], document=data["document"]
         )
 
-    return _policy_page(
+    return policy_page(
         request,
         existing,
         put,
@@ -195,88 +188,6 @@ def role_policy_delete(request: HttpRequest, name: str, policy_name: str) -> Htt
     services.role_policy_delete(role=role, name=policy_name)
     messages.success(request, f"Policy {policy_name} removed from {name}.")
     return redirect(f"/iam/roles/{name}")
-
-
-# -- the policy editor -------------------------------------------------------------------------
-def _editor_action(request: HttpRequest, owner: str, policy_name: str | None) -> str:
-    """Saving is ``iam:Put<owner>Policy``; showing a policy ``iam:Get<owner>Policy``, and the
-    empty editor for a new one ``iam:Get<owner>`` (it shows the owner only)."""
-    if request.method == "POST":
-        return f"iam:Put{owner}Policy"
-    return f"iam:Get{owner}Policy" if policy_name else f"iam:Get{owner}"
-
-
-def _policy_page(
-    request: HttpRequest,
-    existing: RolePolicy | UserPolicy | None,
-    put: Callable[[dict], RolePolicy | UserPolicy],
-    *,
-    owner_kind: str,
-    owner: str,
-    owner_arn: str,
-    back: str,
-    base: str,
-) -> HttpResponse:
-    if request.method == "POST":
-        data = request.POST.copy()
-        if existing is not None:
-            data["policy_name"] = existing.name  # the name of an existing policy stays
-        form = PolicyForm(data)
-        if existing is not None:
-            form.fields["policy_name"].disabled = True
-            form.fields["policy_name"].initial = existing.name
-        saved = submit(form, put)
-        if saved is not None:
-            messages.success(request, f"Policy {saved.name} of {owner} saved.")
-            return redirect(back)
-    elif existing is not None:
-        form = PolicyForm(
-            initial={"policy_name": existing.name, "document": pretty(existing.document)}
-        )
-        form.fields["policy_name"].disabled = True
-    else:
-        form = PolicyForm(initial={"document": pretty(EXAMPLE_POLICY)})
-    name = existing.name if existing is not None else None
-    return _editor(
-        request,
-        form,
-        owner_kind=owner_kind,
-        owner=owner,
-        owner_arn=owner_arn,
-        back=back,
-        title=f"Policy {name} of {owner}" if name else f"New inline policy for {owner}",
-        action=f"{base}/{name}" if name else f"{base}/new",
-    )
-
-
-def _editor(
-    request: HttpRequest,
-    form: Form,
-    *,
-    owner_kind: str,
-    owner: str,
-    owner_arn: str,
-    back: str,
-    title: str,
-    action: str,
-    trust: bool = False,
-) -> HttpResponse:
-    return render(
-        request,
-        "web/iam/policy_editor.html",
-        {
-            "form": form,
-            "owner_kind": owner_kind,
-            "owner": owner,
-            "owner_arn": owner_arn,
-            "back": back,
-            "title": title,
-            "action": action,
-            "trust": trust,
-            "catalogue": catalogue(),
-        },
-        status=400 if form.is_bound else 200,
-    )
 
 
 # -- users -------------------------------------------------------------------------------------
@@ -307,7 +218,7 @@ def user_policy(
 ) -> HttpResponse:
     """Add (``policy_name`` None) or edit one inline policy of a member."""
     arn = user_arn(request.tenant, username.lower())
-    allow(request, _editor_action(request, "User", policy_name), arn)
+    allow(request, editor_action(request, "User", policy_name), arn)
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     existing = None
     if policy_name is not None:
@@ -321,7 +232,7 @@ def user_policy(
             membership=membership, name=data["policy_name"], document=data["document"]
         )
 
-    return _policy_page(
+    return policy_page(
         request,
         existing,
         put,
@@ -362,6 +273,12 @@ urlpatterns = [
     ),
     path("iam/users", member_list, name="iam_users"),
     path("iam/users/invite", member_invite, name="iam_user_invite"),
+    path("iam/users/invitations/<int:invitation_id>", invitation_detail, name="iam_invitation"),
+    path(
+        "iam/users/invitations/<int:invitation_id>/revoke",
+        invitation_revoke,
+        name="iam_invitation_revoke",
+    ),
     path("iam/users/<str:username>/membership", member_role, name="iam_user_membership"),
     path("iam/users/<str:username>/remove", member_remove, name="iam_user_remove"),
     path("iam/users/<str:username>", user_detail, name="iam_user"),

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from controlplane.audit.outcomes import note_failure
 from controlplane.errors import DomainError
 from controlplane.kms import services
 from controlplane.kms.models import KmsKey
@@ -132,6 +133,7 @@ def _changed(request: HttpRequest, key: KmsKey, change: Callable[[], KmsKey], do
     except DomainError as exc:
         if exc.status not in FIXABLE:
             raise
+        note_failure(exc.detail)
         return _detail(request, key, refusal=exc.detail, status=exc.status)
     messages.success(request, f"Key {changed.alias or changed.id} {done}.")
     return redirect(f"/kms/keys/{changed.id}")
@@ -172,6 +174,7 @@ def key_schedule_deletion(request: HttpRequest, key_id: str) -> HttpResponse:
         if exc.status not in FIXABLE:
             raise
         if exc.field != "pending_window_days":
+            note_failure(exc.detail)
             return _detail(request, key, refusal=exc.detail, status=exc.status)
         form.add_domain_error(exc)
         return _detail(request, key, deletion=form, status=400)

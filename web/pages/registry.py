@@ -17,8 +17,11 @@ from controlplane.registry import selectors, services
 from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage
 
-from ..context import allow, page
+from ..context import allow, can, page
 from ..formkit import Form, page_number, submit
+from ..session_ops import step_counter
+from ..session_page import lora_view
+from ..values import number
 
 PER_PAGE = 50
 MAX_VERSION = 2**31 - 1
@@ -63,6 +66,15 @@ def _actor(request: HttpRequest) -> str:
     return request.principal.arn
 
 
+def optimizer_steps(request: HttpRequest, packages) -> dict[int, int]:
+    """Each version's optimizer step: how many optimizer steps its run had finished when it was
+    saved (the registry records the save's operation number)."""
+    before = step_counter(
+        tenant=request.tenant, model_ids={p.model_id for p in packages if p.model_id}
+    )
+    return {p.pk: before(p.model_id, p.step) for p in packages if p.model_id and p.step is not None}
+
+
 @page
 @require_http_methods(["GET", "POST"])
 def group_list(request: HttpRequest) -> HttpResponse:
@@ -95,6 +107,7 @@ def group_list(request: HttpRequest) -> HttpResponse:
             "groups": found,
             "page": _pager(number, total),
             "form": form,
+            "group_wildcard": model_package_group_arn(request.tenant, "*"),
         },
         status=400 if form.is_bound else 200,
     )
@@ -130,6 +143,11 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
         limit=PER_PAGE,
         offset=(number - 1) * PER_PAGE,
     )
+    steps = optimizer_steps(request, found)
+
+    def arn_of(p: ModelPackage) -> str:
+        return model_package_arn(request.tenant, name, p.version)
+
     return render(
         request,
         "web/registry/group.html",
@@ -137,7 +155,16 @@ def group_detail(request: HttpRequest, name: str) -> HttpResponse:
             "group": group,
             "arn": arn,
             # the checkpoint's path inside its run (weights/step-3); the version page has it whole
-            "versions": [(p, p.tinker_path.split("/", 3)[-1]) for p in found],
+            "versions": [
+                {
+                    "p": p,
+                    "checkpoint": p.tinker_path.split("/", 3)[-1],
+                    "step": steps.get(p.pk),
+                    "may_approve": can(request, "registry:UpdateModelPackageApproval", arn_of(p)),
+                    "may_download": can(request, "registry:DownloadModelPackage", arn_of(p)),
+                }
+                for p in found
+            ],
             "version_count": selectors.group_version_count(group),
             "page": _pager(number, total),
             "statuses": services.APPROVAL_STATUSES,
@@ -166,6 +193,7 @@ def _version_page(
     request: HttpRequest, package: ModelPackage, form: ApprovalForm, status: int = 200
 ) -> HttpResponse:
     parent = package.parent
+    version_arn = model_package_arn(request.tenant, package.group.name, package.version)
     return render(
         request,
         "web/registry/version.html",
@@ -178,6 +206,11 @@ def _version_page(
                 else None
             ),
             "form": form,
+            "optimizer_step": optimizer_steps(request, [package]).get(package.pk),
+            "may_approve": can(request, "registry:UpdateModelPackageApproval", version_arn),
+            "may_download": can(request, "registry:DownloadModelPackage", version_arn),
+            "lora": lora_view(package.lora or {}),
+            "metrics": [(k, number(v)) for k, v in (package.metrics or {}).items()],
         },
         status=status,
     )

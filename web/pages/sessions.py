@@ -11,6 +11,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
+from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -20,22 +21,21 @@ from controlplane.iam.resources import model_arn, model_package_group_arn, sessi
 from controlplane.iam.selectors import roles
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_list, key_resolve
-from controlplane.metering.reports import session_usage
 from controlplane.registry.selectors import group_list
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services import sessions as services
 from controlplane.training_sessions.services import submit
 
+from .. import session_page as sp
 from .. import session_reads as reads
-from ..charts import line_chart
 from ..context import allow, is_fragment, may, page
+from ..prices import price_book, training_estimate
 from ..session_form import SessionForm, add_domain_error
-from ..snippets import session_snippet
 
 PER_PAGE = 25
-LIVE = (*Session.LIVE_STATES, Session.State.STOPPING)  # states whose page refreshes itself
+LIVE = sp.LIVE
 
 
 def _render(request: HttpRequest, full: str, fragment: str, context: dict) -> HttpResponse:
@@ -160,34 +160,32 @@ def session_new(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"Session {session.id} created; its model is starting.")
                 return redirect(f"/sessions/{session.id}")
     idle_minutes = settings.SESSION_IDLE_TIMEOUT_SECONDS // 60
+    now = timezone.now()
+    book = price_book()
+    estimates = {
+        m: training_estimate(base_model=m, now=now, book=book) for m in choices["base_models"]
+    }
+    chosen = form["base_model"].value() or next(iter(estimates), None)
     return render(
         request,
         "web/sessions/new.html",
-        {"form": form, "idle_minutes": idle_minutes, **choices},
+        {
+            "form": form,
+            "idle_minutes": idle_minutes,
+            "estimate": estimates.get(chosen) if chosen else None,
+            "estimate_prices": {m: e["prices"] for m, e in estimates.items()},
+            **choices,
+        },
         status=status,
     )
 
 
 # -- one session -------------------------------------------------------------------------------
-LORA_ORDER = ("rank", "alpha", "seed", "train_attn", "train_mlp", "train_unembed")
-
-
-def _lora_view(lora: dict) -> list[tuple[str, str]]:
-    """The adapter's settings, the usual ones first, yes/no for switches."""
-    keys = [k for k in LORA_ORDER if k in lora] + sorted(set(lora) - set(LORA_ORDER))
-    shown = [(k, lora[k]) for k in keys if lora[k] is not None]
-    return [(k, ("yes" if v else "no") if isinstance(v, bool) else str(v)) for k, v in shown]
-
-
-def _models_view(models: list[TrainingModel]) -> list[dict]:
-    return [
-        {
-            "model": m,
-            "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
-            "lora": _lora_view(m.lora),
-        }
-        for m in models
-    ]
+PARTS = {
+    "summary": "web/sessions/_live.html",
+    "curves": "web/sessions/_curves.html",
+    "ops": "web/sessions/_ops.html",
+}
 
 
 @page
@@ -196,45 +194,31 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     allow(request, "sessions:DescribeTrainingSession", session_arn(tenant, session_id))
     session = selectors.session_get(tenant=tenant, session_id=session_id)
     models = reads.models_of(tenant=tenant, session=session)
-    curves = reads.curves(tenant=tenant, session=session, models=models)
-    may_list_checkpoints = may(request, "sessions:ListCheckpoints", session_arn(tenant, session.id))
-    checkpoints = (
-        reads.checkpoint_rows(tenant=tenant, session=session) if may_list_checkpoints else None
-    )
-    counts = reads.operation_count(tenant=tenant, session=session)
-    context = {
-        "session": session,
-        "models": _models_view(models),
-        "live": session.state in LIVE,
-        "stoppable": session.state in Session.LIVE_STATES,
-        "counts": counts,
-        "operations_total": sum(counts.values()),
-        "timeline": reads.timeline(tenant=tenant, session=session),
-        "timeline_limit": reads.TIMELINE_LIMIT,
-        "loss_chart": line_chart("Loss per token", curves.loss, x_label=curves.x_label)
-        if curves.loss
-        else None,
-        "reward_chart": line_chart("Rewards", curves.rewards, x_label=curves.x_label)
-        if curves.rewards
-        else None,
-        "checkpoints": checkpoints,
-        "usage": session_usage(tenant=tenant, session_id=session.id),
-        "platform": session.platform,
-        "snippet": session_snippet(
-            base_url=request.build_absolute_uri("/").rstrip("/"),
-            session=session,
-            model=models[0] if models else None,
-            checkpoint=_latest_training(checkpoints),
-        ),
-    }
-    return _render(request, "web/sessions/detail.html", "web/sessions/_live.html", context)
-
-
-def _latest_training(rows: list[reads.CheckpointRow] | None):
-    for row in rows or []:
-        if row.checkpoint.kind == row.checkpoint.Kind.TRAINING:
-            return row.checkpoint
-    return None
+    view = sp.View.of(request.GET)
+    part = request.GET.get("part", "summary") if is_fragment(request) else None
+    context: dict = {"session": session, "live": session.state in sp.LIVE, "view": view}
+    if part in (None, "summary"):
+        context |= sp.summary(request, session, models)
+    if part in (None, "curves"):
+        context |= sp.curves(request, session, models, view)
+    if part in (None, "ops"):
+        context |= sp.operations(request, session, view)
+    if part is None:
+        query = request.GET.copy()
+        query.pop("part", None)
+        base = (
+            f"/sessions/{session.id}?{query.urlencode()}&" if query else f"/sessions/{session.id}?"
+        )
+        context |= sp.stop_state(request, session) | {
+            "platform": session.platform,
+            "refresh": {name: f"{base}part={name}" for name in PARTS},
+            "snippet": sp.snippet(request, session, models, context.get("checkpoints")),
+        }
+        response = render(request, "web/sessions/detail.html", context)
+    else:
+        response = render(request, PARTS.get(part, PARTS["summary"]), context)
+    patch_vary_headers(response, ["X-Fragment"])
+    return response
 
 
 @page

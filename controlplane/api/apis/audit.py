@@ -32,6 +32,8 @@ def event_json(e: AuditEvent) -> dict:
         "source_ip": e.source_ip,
         "user_agent": e.user_agent,
         "api_key": e.api_key or None,
+        "outcome": e.outcome or None,
+        "error": e.error or None,
     }
 
 

@@ -86,6 +86,7 @@ def get_info(request: Request) -> Response:
             "lora": model.lora,
             "session_id": model.session_id,
             "next_seq_id": selectors.model_next_free_seq(model),
+            "next_sampling_session_seq_id": selectors.session_next_free_sampler_seq(model.session),
             **placement_json(model),
         }
     )

@@ -28,7 +28,7 @@ from controlplane.storage import manifest_digest
 
 from ..models import Checkpoint, Operation, Recovery, SamplingSession, Session, TrainingModel
 from . import recovery
-from .sessions import session_finish_if_unloaded
+from .sessions import session_fail_if_unstarted, session_finish_if_unloaded
 
 log = logging.getLogger(__name__)
 
@@ -372,6 +372,7 @@ def fail(
     _advance(op)
     if op.kind == Operation.Kind.CREATE_MODEL:
         _model_ended(op.model_id, TrainingModel.State.FAILED)
+        session_fail_if_unstarted(op.session_id)
     elif op.kind == Operation.Kind.UNLOAD_MODEL:
         _model_ended(op.model_id)
         session_finish_if_unloaded(op.session_id)

@@ -146,6 +146,21 @@ def session_finish_if_unloaded(session_id: str) -> None:
         session.save(update_fields=["state"])
 
 
+def session_fail_if_unstarted(session_id: str) -> bool:
+    """Called when a model could not be created: a session that never started and now has no
+    live model has failed (it ends, and stops counting against the quota). The failed
+    create_model operation keeps the reason. Whether it failed."""
+    if TrainingModel.objects.filter(
+        session_id=session_id, state__in=TrainingModel.LIVE_STATES
+    ).exists():
+        return False
+    return bool(
+        Session.objects.filter(pk=session_id, state=Session.State.PENDING).update(
+            state=Session.State.FAILED, ended_at=timezone.now()
+        )
+    )
+
+
 def sessions_expire_idle(*, now=None) -> list[str]:
     """Expire sessions without a heartbeat for SESSION_IDLE_TIMEOUT_SECONDS; unload their models."""
     now = now or timezone.now()

@@ -66,6 +66,8 @@ def training_step_submit(
         created_at=now,
     )
     stale = now - timedelta(seconds=TOUCH_SECONDS)
+    if audit.allowed and audit.mutating:  # written only together with the operation
+        audit.outcome = AuditEvent.Outcome.SUCCEEDED
     tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
     params = [
         tenant_id,

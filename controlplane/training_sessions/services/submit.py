@@ -27,6 +27,7 @@ from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingMo
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from . import placement
 from .checkpoint_plans import opening, stored_fields
+from .lora import lora_checked
 from .sessions import session_touch
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
@@ -121,6 +122,7 @@ def model_create(
                 field="model_seq_id",
             )
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
+    lora_checked(lora)
     if not BaseModel.objects.filter(name=base_model).exists():
         raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
@@ -240,6 +242,9 @@ def training_submit(
             f"({existing_id})",
             field="seq_id",
         )
+    sampler_seq = payload.get("sampling_session_seq_id")
+    if plan.get("sampler_id") and isinstance(sampler_seq, int):
+        sampler_seq_free(model.session, sampler_seq)
     _touch(model)
     op = Operation(
         tenant=tenant,
@@ -367,7 +372,11 @@ def sampler_create(
             session=session, sampling_session_seq_id=seq
         ).first()
         if existing is not None:
-            return existing
+            wanted = {"model_id": model_id, "model_path": model_path, "base_model": base_model}
+            if _same_source(existing, tenant, **wanted):
+                return existing  # a retry
+            raise _sampler_seq_conflict(session, seq, existing.id)
+        _sampler_seq_unreserved(session, seq)
     _require_open(session)
     network = placement.session_network(session)
     fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
@@ -392,6 +401,68 @@ def sampler_create(
         raise SessionError("give base_model, model_path or model_id", field="base_model")
     session_touch(session)
     return SamplingSession.objects.create(**fields)
+
+
+def _same_source(
+    sampler: SamplingSession,
+    tenant: Tenant,
+    *,
+    model_id: str | None,
+    model_path: str | None,
+    base_model: str | None,
+) -> bool:
+    """Whether ``sampler`` is what a create_sampling_session with these fields opens."""
+    if model_id:
+        return sampler.live_model_id == model_id
+    if model_path:
+        if sampler.live_model_id or not sampler.model_path:
+            return False
+        if sampler.model_path == model_path:
+            return True
+        try:  # a model package ARN names a checkpoint: the sampler holds its path
+            ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
+        except NotFound:
+            return False
+        return ckpt.tinker_path == sampler.model_path
+    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == base_model
+
+
+def _sampler_seq_conflict(session: Session, seq: int, holder: str) -> Conflict:
+    return Conflict(
+        f"sampling_session_seq_id {seq} of session {session.id} was already used by a different "
+        f"request ({holder}); a client that attaches to a session continues after the numbers "
+        "it used (get_info's next_sampling_session_seq_id)",
+        field="sampling_session_seq_id",
+    )
+
+
+def _sampler_seq_unreserved(session: Session, seq: int) -> None:
+    """Refuse ``seq`` if an ephemeral sampler save still to run will open a sampler with it."""
+    holder = (
+        Operation.objects.filter(
+            session=session,
+            kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+            status__in=(Operation.Status.PENDING, Operation.Status.RUNNING),
+            payload__sampling_session_seq_id=seq,
+        )
+        .values_list("id", flat=True)
+        .first()
+    )
+    if holder is not None:
+        raise _sampler_seq_conflict(session, seq, holder)
+
+
+def sampler_seq_free(session: Session, seq: int) -> None:
+    """Refuse ``seq`` for a new sampler (an ephemeral save's) when the session used it already:
+    otherwise the save would run and then find its sampler's number taken."""
+    holder = (
+        SamplingSession.objects.filter(session=session, sampling_session_seq_id=seq)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if holder is not None:
+        raise _sampler_seq_conflict(session, seq, holder)
+    _sampler_seq_unreserved(session, seq)
 
 
 def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | None:

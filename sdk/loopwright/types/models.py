@@ -106,6 +106,10 @@ class GetInfoResponse(ResponseModel):
     """The seq_id after the highest one submitted to the model so far (Loopwright): where a
     client that attaches to the model continues."""
 
+    next_sampling_session_seq_id: int | None = None
+    """The sampling_session_seq_id after the highest one used in the model's session so far
+    (Loopwright): where the samplers of a client that attaches to the model continue."""
+
 
 class UnloadModelRequest(RequestModel):
     """Release a training model's resources."""
