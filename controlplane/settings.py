@@ -156,6 +156,11 @@ AUTH_CACHE_SECONDS = env.float("LOOPWRIGHT_AUTH_CACHE_SECONDS", default=30.0)
 # On PostgreSQL, a submit wakes its worker with NOTIFY at commit (no broker hop); the worker's
 # Celery queue still carries start-up and heartbeat nudges. False: every nudge goes via Celery.
 WAKE_WORKERS_BY_NOTIFY = env.bool("LOOPWRIGHT_WAKE_WORKERS_BY_NOTIFY", default=True)
+# A training request may be at most this many seq_ids ahead of the one its model runs next
+# (400 beyond); a seq_id that never arrives while later ones wait this long is recorded as
+# missing, with the rest of its gap, in one row (docs/limits.md).
+SEQ_WINDOW = env.int("LOOPWRIGHT_SEQ_WINDOW", default=10_000)
+SEQ_GAP_SECONDS = env.float("LOOPWRIGHT_SEQ_GAP_SECONDS", default=120.0)
 SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
 # A worker holds a lease this long, renewed by its heartbeat (every fifth of it); one silent
 # past it is declared dead and its models move to live workers (docs/failover.md).

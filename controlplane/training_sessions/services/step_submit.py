@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import cache
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
@@ -74,6 +75,8 @@ def training_step_submit(
         *OPEN_STATES,
         seq_id,
         seq_id,
+        settings.SEQ_WINDOW,
+        seq_id,
         *_operation_values(op),
         *rows.insert_values(audit),
         now,
@@ -123,7 +126,7 @@ def _statement() -> str:
                    s.last_heartbeat_at
             FROM {models} m JOIN {sessions} s ON s.id = m.session_id
             WHERE m.tenant_id = %s AND m.id = %s AND m.state IN (%s, %s)
-              AND s.state IN (%s, %s) AND m.next_seq <= %s
+              AND s.state IN (%s, %s) AND m.next_seq <= %s AND %s < m.next_seq + %s
               AND NOT EXISTS (SELECT 1 FROM {ops} e WHERE e.model_id = m.id AND e.seq_id = %s)
             FOR UPDATE OF m
         ), op AS (

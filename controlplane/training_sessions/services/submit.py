@@ -25,7 +25,7 @@ from controlplane.tenants.models import Tenant
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
-from . import placement
+from . import placement, sequence
 from .checkpoint_plans import opening, stored_fields
 from .sessions import session_touch
 
@@ -229,6 +229,8 @@ def training_submit(
         raise Conflict(
             f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id"
         )
+    else:
+        sequence.window_check(model, seq_id)
     plan = {
         "adapter": model.id,
         "base_model": model.base_model,
@@ -320,6 +322,8 @@ def training_reject(
         )
         if model is None or seq_id < model.next_seq:
             return
+        if not sequence.in_window(model.next_seq, seq_id):
+            return  # refused for that alone: it takes no seq_id
         if model.operations.filter(seq_id=seq_id).exists():
             return
         Operation.objects.create(
