@@ -42,6 +42,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.api.middleware.BodyDrainMiddleware",
     "controlplane.api.middleware.ServerTimingMiddleware",
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -118,7 +119,7 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.json_body.JSONBodyParser"],
     "DEFAULT_THROTTLE_CLASSES": ["controlplane.quotas.throttling.TenantRateThrottle"],
 }
 

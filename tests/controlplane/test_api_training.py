@@ -197,12 +197,22 @@ def test_sample_batches_several_requests_and_isolates_a_bad_one(alice, runtime) 
             "seq_id": 1,
             "sampling_params": {"max_tokens": 3, "top_p": 0},
         },
-    ).json()
+    )  # refused at the door: the others are not touched
+    assert bad.status_code == 400 and bad.json()["field"] == "sampling_params.top_p"
+    too_long = alice.post(
+        "asample",
+        {
+            **req,
+            "sampling_session_id": base["sampling_session_id"],
+            "seq_id": 2,
+            "sampling_params": {"max_tokens": 10**6},
+        },
+    ).json()  # only the worker knows the context length: it fails there, as the user's error
     runtime.drain()
     for f in futs:
         assert len(result(alice, runtime, f)["sequences"]) == 2
-    failed = result(alice, runtime, bad)
-    assert failed["category"] == "user" and "top_p" in failed["error"]
+    failed = result(alice, runtime, too_long)
+    assert failed["category"] == "user" and "max_tokens" in failed["error"]
 
 
 def test_a_request_refused_on_arrival_does_not_block_later_ones(alice, runtime) -> None:

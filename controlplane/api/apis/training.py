@@ -7,7 +7,6 @@ import functools
 from pydantic import ValidationError
 from rest_framework.decorators import api_view, content_negotiation_class, parser_classes
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -31,6 +30,7 @@ from loopwright.types import (
 
 from .. import answers
 from ..answers import future
+from ..json_body import JSONBodyParser
 from ..negotiation import AlwaysJSON
 from ..parsing import allow, parse, tenant_of
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
@@ -168,7 +168,7 @@ def forward(request: Request) -> Response:
 
 
 @api_view(["POST"])
-@parser_classes([JSONParser, ProtobufParser, ProtobufAliasParser])
+@parser_classes([JSONBodyParser, ProtobufParser, ProtobufAliasParser])
 @content_negotiation_class(AlwaysJSON)  # a protobuf client's Accept is answered, never a 406
 def forward_backward(request: Request) -> Response:
     """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
@@ -224,7 +224,7 @@ def save_weights_for_sampler(request: Request) -> Response:
         )
     else:
         name = checkpoint_plans.checkpoint_name(
-            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None
+            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None, "sampler"
         )
         plan = checkpoint_plans.save_plan(
             kind=Checkpoint.Kind.SAMPLER,

@@ -17,7 +17,8 @@ from django.db.models import Max
 from django.utils import timezone
 
 from controlplane import dispatch, rows
-from controlplane.fleet.models import BaseModel, Worker
+from controlplane.fleet.models import Worker
+from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
 from controlplane.quotas.budget import token_budget_check
 from controlplane.tenants.models import Tenant
@@ -121,8 +122,7 @@ def model_create(
                 field="model_seq_id",
             )
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
-    if not BaseModel.objects.filter(name=base_model).exists():
-        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
+    base_model_require(base_model)
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     if lora.get("seed") is None:
         # chosen now and kept: a worker that rebuilds the model from its start (a failover
@@ -415,8 +415,7 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
             field="base_model",
         )
-    if not BaseModel.objects.filter(name=base_model).exists():
-        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
+    base_model_require(base_model)
     return None
 
 
