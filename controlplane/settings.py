@@ -27,6 +27,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by the app itself (no CDN)
     "controlplane.tenants",
     "controlplane.iam",
     "controlplane.audit",
@@ -121,6 +123,27 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["controlplane.api.json_body.JSONBodyParser"],
     "DEFAULT_THROTTLE_CLASSES": ["controlplane.quotas.throttling.TenantRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI document of /api/v1 and /v1 (controlplane/api/openapi.py), at /api/v1/schema
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Loopwright API",
+    "DESCRIPTION": (
+        "Training sessions over the Tinker protocol (/api/v1), Loopwright's own resources "
+        "(/api/v1) and OpenAI-compatible sampling (/v1). Every bound is stated on its field; "
+        "docs/limits.md lists them all."
+    ),
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/",
+    "POSTPROCESSING_HOOKS": [],  # enums stay on their fields, as the models declare them
 }
 
 AUTH_PASSWORD_VALIDATORS = [
