@@ -179,6 +179,7 @@ class WorkerRuntime:
             base_model=self.settings.base_model,
             description=m.spec.description,
             context_length=self.host.context_length,
+            vocab_size=self.host.vocab_size,
             chat_template=m.chat_template,
             tokenizer_files=files,
             tokenizer_path=str(m.path),

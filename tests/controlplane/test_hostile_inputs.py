@@ -219,3 +219,44 @@ def test_what_the_fuzzer_found(alice, charlie, model, runtime):
         f"tinker://{model}/weights/state-"
     )
     assert charlie.post("save_weights", {"model_id": model}).status_code == 404
+
+
+def test_token_ids_past_the_vocabulary_are_refused_on_arrival(alice, charlie, model, runtime):
+    from controlplane.fleet.models import BaseModel
+
+    vocab = BaseModel.objects.get(name=TINY).vocab_size
+    assert vocab == runtime.host.vocab_size
+    body = refused(alice.post("forward_backward", fwdbwd(model, 1, [datum([1, vocab])])))
+    assert f"[0, {vocab})" in body["detail"] and body["field"] == "forward_backward_input.data"
+    refused(
+        alice.post(
+            "forward",
+            {
+                "model_id": model,
+                "seq_id": 2,
+                "forward_input": fwdbwd(model, 2, [datum([1], targets=[vocab + 5])])[
+                    "forward_backward_input"
+                ],
+            },
+        )
+    )
+    ok = alice.post("forward_backward", fwdbwd(model, 3, [datum([1, vocab - 1], targets=[0, 1])]))
+    assert "metrics" in result(alice, runtime, ok.json())  # the refusals took seq_ids 1 and 2
+    saved = alice.post(
+        "save_weights_for_sampler", {"model_id": model, "seq_id": 4, "sampling_session_seq_id": 0}
+    ).json()
+    sampler = result(alice, runtime, saved)["sampling_session_id"]
+    sample = {
+        "sampling_session_id": sampler,
+        "num_samples": 1,
+        "prompt": {"chunks": [{"tokens": [5, vocab]}]},
+        "sampling_params": {"max_tokens": 2},
+    }
+    assert "vocabulary" in refused(alice.post("asample", sample))["detail"]
+    stop = {**sample, "prompt": {"chunks": [{"tokens": [5]}]}}
+    stop["sampling_params"] = {"max_tokens": 2, "stop": [vocab + 1]}
+    refused(alice.post("asample", stop))
+    assert (
+        charlie.post("asample", {**sample, "prompt": {"chunks": [{"tokens": [5]}]}}).status_code
+        == 404
+    )

@@ -17,7 +17,12 @@ from controlplane.quotas.budget import budget_exhausted
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
-from controlplane.training_sessions.services import checkpoint_plans, step_submit, submit
+from controlplane.training_sessions.services import (
+    checkpoint_plans,
+    step_submit,
+    submit,
+    vocabulary,
+)
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -120,15 +125,18 @@ def _step(request: Request, kind: str) -> Response | None:
         return None
     request_id = new_id("req")
     waiter = answers.expect(request, request_id)
+    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+    batch = payload.get("forward_input") or payload.get("forward_backward_input")
     try:
         op = step_submit.training_step_submit(
             tenant=tenant,
             model_id=req.model_id,
             seq_id=req.seq_id,
             kind=kind,
-            payload=req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"}),
+            payload=payload,
             audit=audit,
             request_id=request_id,
+            highest_token=vocabulary.highest_token(batch),
         )
         if op is not None:
             return answers.future(request, op, req.model_id, waiter)

@@ -26,7 +26,7 @@ from controlplane.tenants.models import Tenant
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
-from . import placement, sequence
+from . import placement, sequence, vocabulary
 from .checkpoint_plans import opening, stored_fields
 from .sessions import session_touch
 
@@ -219,6 +219,12 @@ def training_submit(
         return Operation.objects.select_related("worker").get(pk=existing_id)
     _require_ready(model)
     if kind in TOKEN_KINDS:
+        key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
+        vocabulary.vocab_check(
+            base_model=model.base_model,
+            highest=vocabulary.highest_token(payload.get(key)),
+            field=f"{key}.data",
+        )
         token_budget_check(tenant=tenant)
     if seq_id is None:
         top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
@@ -468,6 +474,8 @@ def sample_submit(
     _require_open(sampler.session)
     if sampler.live_model_id:
         _require_ready(sampler.live_model)
+    highest = vocabulary.highest_sampled(payload)
+    vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
     token_budget_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(
