@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -131,6 +132,15 @@ def test_no_input_breaks_the_contract(pg_stack, fuzzed) -> None:
     assert not failures, "\n\n".join(failures)
 
 
-def test_the_session_trains_and_samples_as_before(fuzzed) -> None:
+def test_the_session_trains_and_samples_as_before(pg_stack, fuzzed) -> None:
     after = _train_and_sample(fuzzed["svc"])
     assert after == fuzzed["before"]
+    # and the fuzzed tenant's things stay its own: charlie, another tenant, gets 404s
+    key = {"X-API-Key": pg_stack.keys["charlie"]}
+    listed = httpx.get(
+        f"{pg_stack.url}/api/v1/sessions", headers={"X-API-Key": fuzzed["account"]["api_key"]}
+    ).json()["sessions"]
+    assert listed
+    for session_id in listed[:5]:
+        r = httpx.get(f"{pg_stack.url}/api/v1/sessions/{session_id}", headers=key)
+        assert r.status_code == 404, r.text

@@ -1,6 +1,7 @@
 """One bad request never costs the next one on the same keep-alive connection: against the real
 gunicorn, a body a view never read (logout, client config, telemetry, a refusal before parsing)
-is drained, and the connection carries the next request."""
+is drained, and the connection carries the next request; charlie (another tenant) asking on it
+for alice's session gets a 404."""
 
 from __future__ import annotations
 
@@ -72,5 +73,24 @@ def test_an_unread_body_does_not_cost_the_next_request(pg_stack, path, auth, sta
             code, answer_headers, answer = conn.request("GET", "/api/v1/healthz")
             assert code == 200 and json.loads(answer) == {"status": "ok"}
             assert answer_headers.get("connection", "keep-alive").lower() != "close"
+    finally:
+        conn.close()
+
+
+def test_charlie_gets_404_on_a_kept_connection(pg_stack) -> None:
+    conn = Connection(pg_stack.url)
+    alice = {"X-API-Key": pg_stack.keys["alice"], "Content-Type": "application/json"}
+    charlie = {"X-API-Key": pg_stack.keys["charlie"]}
+    try:
+        body = json.dumps({"tags": [], "sdk_version": "test", "role_arn": pg_stack.roles["alice"]})
+        code, _, answer = conn.request("POST", "/api/v1/create_session", body.encode(), alice)
+        assert code == 200, answer
+        session = json.loads(answer)["session_id"]
+        code, _, _ = conn.request("POST", "/api/v1/telemetry", b"x" * 200_000, charlie)
+        assert code in (200, 400)
+        code, _, answer = conn.request("GET", f"/api/v1/sessions/{session}", b"", charlie)
+        assert code == 404 and json.loads(answer)["code"] == "not_found"
+        code, _, _ = conn.request("POST", f"/api/v1/sessions/{session}/stop", b"", alice)
+        assert code == 200
     finally:
         conn.close()
