@@ -20,6 +20,8 @@ pytestmark = pytest.mark.django_db
 # Routes that take no identifier of a tenant's resource: lists are checked for leaks below.
 NOT_TENANT_SCOPED = {
     "healthz": "public",
+    "schema": "public: the OpenAPI document",
+    "docs": "public: the OpenAPI document's page",
     "client/config": "service-wide",
     "client/dynamic_config": "service-wide",
     "sessions/search": "search of the caller's own account: leaks checked in test_session_reports",
