@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup tinker-venv serve demo test test-fast lint format check bench bench-overhead bench-wire bench-failover clean
+.PHONY: setup tinker-venv serve demo test test-fast fuzz openapi lint format check bench bench-overhead bench-wire bench-failover clean
 
 # A second client environment: the current official tinker SDK (the protobuf protocol) and its
 # cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
@@ -45,6 +45,12 @@ test: setup tinker-venv ## the whole test suite
 
 test-fast: setup tinker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"
+
+fuzz: setup ## schemathesis against a live stack from its OpenAPI document (FUZZ_EXAMPLES per operation)
+	LOOPWRIGHT_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),200) $(BIN)/python -m pytest tests/e2e/test_fuzz_api.py tests/controlplane/test_parser_properties.py -p no:cacheprovider
+
+openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.json
+	$(BIN)/python manage.py spectacular --format openapi-json --file openapi.json --validate --fail-on-warn
 
 lint: setup
 	$(BIN)/ruff check .

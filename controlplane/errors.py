@@ -3,6 +3,21 @@ field}``."""
 
 from __future__ import annotations
 
+MAX_DETAIL = (
+    1000  # characters of an error's detail; longer ones are cut (an input never echoes whole)
+)
+MAX_FIELD = 200
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text``, cut to ``limit`` characters with an ellipsis when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """``value`` as an error message quotes it (``repr``), at most ``limit`` characters."""
+    return shortened(repr(value), limit)
+
 
 class DomainError(Exception):
     status = 400

@@ -27,6 +27,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by the app itself (no CDN)
     "controlplane.tenants",
     "controlplane.iam",
     "controlplane.audit",
@@ -42,6 +44,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.api.middleware.BodyDrainMiddleware",
     "controlplane.api.middleware.ServerTimingMiddleware",
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -119,8 +122,29 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.json_body.JSONBodyParser"],
     "DEFAULT_THROTTLE_CLASSES": ["controlplane.quotas.throttling.TenantRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+# The OpenAPI document of /api/v1 and /v1 (controlplane/api/openapi.py), at /api/v1/schema
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Loopwright API",
+    "DESCRIPTION": (
+        "Training sessions over the Tinker protocol (/api/v1), Loopwright's own resources "
+        "(/api/v1) and OpenAI-compatible sampling (/v1). Every bound is stated on its field; "
+        "docs/limits.md lists them all."
+    ),
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/",
+    "POSTPROCESSING_HOOKS": [],  # enums stay on their fields, as the models declare them
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -157,6 +181,11 @@ AUTH_CACHE_SECONDS = env.float("LOOPWRIGHT_AUTH_CACHE_SECONDS", default=30.0)
 # On PostgreSQL, a submit wakes its worker with NOTIFY at commit (no broker hop); the worker's
 # Celery queue still carries start-up and heartbeat nudges. False: every nudge goes via Celery.
 WAKE_WORKERS_BY_NOTIFY = env.bool("LOOPWRIGHT_WAKE_WORKERS_BY_NOTIFY", default=True)
+# A training request may be at most this many seq_ids ahead of the one its model runs next
+# (400 beyond); a seq_id that never arrives while later ones wait this long is recorded as
+# missing, with the rest of its gap, in one row (docs/limits.md).
+SEQ_WINDOW = env.int("LOOPWRIGHT_SEQ_WINDOW", default=10_000)
+SEQ_GAP_SECONDS = env.float("LOOPWRIGHT_SEQ_GAP_SECONDS", default=120.0)
 SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", default=15 * 60)
 # A worker holds a lease this long, renewed by its heartbeat (every fifth of it); one silent
 # past it is declared dead and its models move to live workers (docs/failover.md).

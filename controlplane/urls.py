@@ -3,8 +3,15 @@ dashboard at the root."""
 
 from django.urls import include, path
 
+from controlplane.api.errors import api_not_found, api_server_error
+
 urlpatterns = [
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
     path("", include("web.urls")),
 ]
+
+# Under /api/v1/ and /v1/ a path that matches no route (and a crash outside any view) is answered
+# in the API's own error shape; elsewhere, the dashboard's pages.
+handler404 = api_not_found
+handler500 = api_server_error

@@ -28,7 +28,13 @@ from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.metering.services import datum_tokens, input_tokens
-from controlplane.training_sessions.services import execution, failover, placement, recovery
+from controlplane.training_sessions.services import (
+    execution,
+    failover,
+    placement,
+    recovery,
+    sequence,
+)
 from controlplane.training_sessions.services.storage import storage_at
 
 from .cpu_threads import cpu_threads, threads_for
@@ -42,7 +48,6 @@ from .wake import WakeListener
 log = logging.getLogger("loopwright.worker")
 
 SAMPLE_BATCH = 64
-SEQ_GAP_SECONDS = float(os.environ.get("LOOPWRIGHT_SEQ_GAP_SECONDS", "120"))
 RESTORE_ATTEMPTS = 3  # a restore that fails for a passing reason (storage away) is tried again
 # kinds that run without the model's state on the host
 STATELESS_KINDS = frozenset({"create_model", "unload_model"})
@@ -174,6 +179,7 @@ class WorkerRuntime:
             base_model=self.settings.base_model,
             description=m.spec.description,
             context_length=self.host.context_length,
+            vocab_size=self.host.vocab_size,
             chat_template=m.chat_template,
             tokenizer_files=files,
             tokenizer_path=str(m.path),
@@ -222,8 +228,8 @@ class WorkerRuntime:
 
     def beat(self) -> None:
         """One heartbeat: renew the lease (or, fenced, start over); declare dead any worker
-        silent past its lease; take waiting models (room may have freed); give a lost nudge,
-        a seq gap to time out or a snapshot due by time another look."""
+        silent past its lease; take waiting models (room may have freed); record seq_ids that
+        never arrived; give a lost nudge or a snapshot due by time another look."""
         if not fleet.worker_renew(worker_id=self.fence.worker_id, generation=self.fence.generation):
             self._fenced.set()
             if self._drain_lock.acquire(blocking=False):
@@ -239,6 +245,7 @@ class WorkerRuntime:
             finally:
                 self._drain_lock.release()
         self._place_waiting()
+        sequence.settle_gaps(worker=self.worker)  # one row per gap, however long
         if self._models_to_restore():
             self._restores_due.set()
         waiting = execution.has_waiting_work(worker=self.worker)
@@ -295,8 +302,9 @@ class WorkerRuntime:
             self._requeue_unrecorded()
             progressed, idle = self._pass()
             if not progressed and not idle:
-                # Nothing runnable: step over refused or long-missing seq_ids, then look again.
-                progressed = execution.settle_gaps(worker=self.worker, gap_seconds=SEQ_GAP_SECONDS)
+                # Nothing runnable: step over requests refused on arrival, then look again
+                # (seq_ids that never arrived are settled by the heartbeat, not here).
+                progressed = sequence.step_over_finished(worker=self.worker)
             ran += progressed
             if self._stop.is_set():
                 return ran

@@ -43,21 +43,14 @@ def allow(request: Request, action: str, resource: str = "*", **context) -> None
     authorize(request.user, action, resource, request=request, context=context or None)
 
 
-def body_of(request: Request, allowed: set[str]) -> dict:
-    """The JSON object body; an unknown field is a 400 naming it."""
-    from controlplane.errors import DomainError
-
-    data = request.data
-    if not isinstance(data, dict):
-        raise ParseError("the request body must be a JSON object")
-    for name in data:
-        if name not in allowed:
-            raise DomainError(f"{name}: unknown field", field=name)
-    return data
+def body_of(request: Request, model: type[BaseModel]) -> dict:
+    """The JSON object body, validated by ``model`` (an unknown field, a wrong type or size is
+    a 400 naming it), as the fields the client set."""
+    return model.model_validate(body_object(request)).model_dump(exclude_unset=True)
 
 
 def text(body: dict, name: str, limit: int, *, required: bool = True, default: str = "") -> str:
-    """A string field of at most ``limit`` characters."""
+    """A string field of at most ``limit`` characters; a required one is not empty."""
     from controlplane.errors import DomainError
 
     value = body.get(name)
@@ -69,6 +62,8 @@ def text(body: dict, name: str, limit: int, *, required: bool = True, default: s
         raise DomainError(f"{name}: must be a string", field=name)
     if len(value) > limit:
         raise DomainError(f"{name}: at most {limit} characters", field=name)
+    if required and not value.strip():
+        raise DomainError(f"{name}: must not be empty", field=name)
     return value
 
 

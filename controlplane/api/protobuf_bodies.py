@@ -151,11 +151,19 @@ def decode_forward_backward(raw: bytes) -> dict:
         msg.ParseFromString(raw)
     except DecodeError as exc:
         raise DomainError(f"the body is not a ForwardBackwardRequest message ({exc})") from None
+    if "\x00" in msg.model_id:  # no database column can store it: nothing to take a seq_id of
+        raise DomainError("model_id: must not contain NUL", field="model_id")
     model_id, seq_id = msg.model_id or None, msg.seq_id
     kind = "forward" if msg.forward_only else "forward_backward"
 
     def fail(detail: str, field: str) -> ProtobufBodyError:
         return ProtobufBodyError(detail, field=field, model_id=model_id, seq_id=seq_id, kind=kind)
+
+    texts = [msg.loss_fn, *msg.loss_fn_config, *msg.loss_fn_config_v2]
+    texts += [v.text for v in msg.loss_fn_config_v2.values()]
+    texts += [name for datum in msg.data for name in datum.loss_fn_inputs]
+    if any("\x00" in t for t in texts):
+        raise fail("text in the message must not contain NUL", "forward_backward_input")
 
     key = "forward_input" if msg.forward_only else "forward_backward_input"
     data = []

@@ -4,9 +4,9 @@ billable tokens, the last ``seq_id`` it received and whether a missing one block
 
 from __future__ import annotations
 
-import os
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Max, Min, Sum
 
@@ -30,8 +30,6 @@ __all__ = [
 
 PROJECT_ID = "default"  # one project per account: what tinker's project fields name
 MAX_DETAIL = 10_000
-# the workers' LOOPWRIGHT_SEQ_GAP_SECONDS: how long a missing seq_id holds later ones up
-SEQ_GAP_SECONDS = float(os.environ.get("LOOPWRIGHT_SEQ_GAP_SECONDS", "120"))
 
 
 @transaction.atomic
@@ -175,7 +173,7 @@ def _blocked(session: Session) -> str | None:
             f"model {model.id} waits for seq_id {model.next_seq}, which has not arrived; "
             f"{waiting['n']} later request(s) from seq_id {waiting['first']} wait behind it. "
             "Send it (a retry of the same request is safe); after "
-            f"{SEQ_GAP_SECONDS:g} s it is recorded as missing and the rest run"
+            f"{settings.SEQ_GAP_SECONDS:g} s it is recorded as missing and the rest run"
         )
     return None
 

@@ -1,7 +1,9 @@
 """The Tinker JSON protocol and Loopwright's own resources, under /api/v1/."""
 
 from django.urls import path
+from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
+from . import openapi
 from .apis import (
     audit,
     auth,
@@ -20,6 +22,8 @@ from .apis import (
 )
 
 urlpatterns = [
+    path("schema", SpectacularJSONAPIView.as_view(), name="openapi-schema"),
+    path("docs", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     path("healthz", meta.healthz, name="healthz"),
     path("client/config", meta.client_config),
     path("client/dynamic_config", meta.client_dynamic_config),
@@ -102,3 +106,5 @@ urlpatterns = [
     path("registry/model-packages/download", registry.download_by_path),
     path("registry/signed-downloads/<str:token>", models.signed_download),
 ]
+
+openapi.document_all()  # every route above described in the OpenAPI document

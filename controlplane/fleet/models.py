@@ -12,6 +12,8 @@ class BaseModel(models.Model):
     name = models.CharField(max_length=200, primary_key=True)
     description = models.TextField(blank=True)
     context_length = models.PositiveIntegerField()
+    # token ids run from 0 to vocab_size - 1 (the output embedding's rows); None: not known yet
+    vocab_size = models.PositiveIntegerField(null=True, blank=True)
     chat_template = models.TextField(null=True, blank=True)
     tokenizer_files = models.JSONField(default=dict)  # file name -> text
     tokenizer_path = models.CharField(max_length=1000, blank=True)  # on the worker's disk

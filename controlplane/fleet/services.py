@@ -142,6 +142,7 @@ def worker_register(
     device: str,
     subnet_ids: Sequence[str] = (),
     security_group_ids: Sequence[str] = (),
+    vocab_size: int | None = None,
 ) -> Registration:
     """Record the worker and what it serves, under a new generation with a fresh lease; runs in
     the caller's transaction. ``subnet_ids`` empty: the open network."""
@@ -154,6 +155,7 @@ def worker_register(
             "chat_template": chat_template,
             "tokenizer_files": tokenizer_files,
             "tokenizer_path": tokenizer_path,
+            **({"vocab_size": vocab_size} if vocab_size is not None else {}),
         },
     )
     now = timezone.now()

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from controlplane.errors import DomainError
 from controlplane.tenants.models import Tenant
 
-from .arns import build_arn
+from .arns import ArnError
+from .arns import build_arn as _build
+
+
+class InvalidResourceId(DomainError):
+    """An id or name no resource can have (it would make no valid ARN)."""
+
+
+def build_arn(service: str, account: str, resource_type: str, resource_id: str) -> str:
+    """The ARN of a resource a request names; a 400 saying why if no resource can have that
+    id (empty, control characters)."""
+    try:
+        return _build(service, account, resource_type, resource_id)
+    except ArnError as exc:
+        raise InvalidResourceId(f"not a valid {resource_type} id or name: {exc}") from None
 
 
 def session_arn(tenant: Tenant, session_id: str) -> str:

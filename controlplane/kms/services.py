@@ -61,6 +61,7 @@ class KmsUnavailable(DomainError):
 
     status = 503
     code = "kms_unavailable"
+    retry_after = 30
 
 
 def _account(tenant: Tenant) -> str:

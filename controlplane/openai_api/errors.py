@@ -10,6 +10,8 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 
 from controlplane.errors import (
+    MAX_DETAIL,
+    MAX_FIELD,
     AccessDenied,
     BudgetExhausted,
     DomainError,
@@ -17,6 +19,7 @@ from controlplane.errors import (
     QuotaExceeded,
     Throttled,
     Unauthenticated,
+    shortened,
 )
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,8 @@ class OperationFailed(DomainError):
 
 
 def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict:
+    message = shortened(str(message), MAX_DETAIL)
+    param = shortened(param, MAX_FIELD) if param else param
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -86,7 +91,7 @@ def exception_handler(exc, context) -> Response | None:
     if isinstance(exc, DomainError):
         code = "invalid_api_key" if isinstance(exc, Unauthenticated) else exc.code
         response = error_response(exc.status, exc.detail, _type_of(exc), exc.field, code)
-        if isinstance(exc, Throttled):
+        if getattr(exc, "retry_after", None) is not None:  # throttled, or no worker up now
             response["Retry-After"] = str(exc.retry_after)
         return response
     if isinstance(exc, ValidationError):

@@ -19,11 +19,12 @@ from django.db import transaction
 from transformers import PreTrainedTokenizerBase
 
 from controlplane.fleet.models import BaseModel
+from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import checkpoint_arn, sampler_arn
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions import notify, selectors
-from controlplane.training_sessions.errors import Conflict, NotActive, NotFound, Unavailable
+from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import (
     Operation,
     SamplingSession,
@@ -170,7 +171,7 @@ def tokenizer_for(base_model: str) -> PreTrainedTokenizerBase:
     when a worker registers it anew)."""
     stamp = BaseModel.objects.filter(name=base_model).values_list("updated_at", flat=True).first()
     if stamp is None:
-        raise Unavailable(f"no worker has served {base_model!r}", field="model")
+        base_model_require(base_model, field="model")
     cached = _tokenizers.get(base_model)
     if cached is not None and cached[0] == stamp:
         return cached[1]

@@ -53,6 +53,7 @@ class DownloadUnavailable(DomainError):
 
     status = 503
     code = "unavailable"
+    retry_after = 30
 
 
 @dataclass(frozen=True)

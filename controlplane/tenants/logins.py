@@ -48,6 +48,29 @@ def login_check(*, email: str, password: str, source_ip: str | None):
     return user
 
 
+def signup_check(*, source_ip: str | None) -> None:
+    """Sign-ups that named an email that already has an account count as failed logins of the
+    source address (not of the email: probing must not lock its owner out), so guessing who
+    has an account is throttled like guessing passwords: 429 past the address's limit."""
+    if not source_ip:
+        return
+    window = timedelta(seconds=settings.LOGIN_FAILURE_WINDOW_SECONDS)
+    recent = LoginFailure.objects.filter(at__gte=timezone.now() - window, source_ip=source_ip)
+    if recent.count() >= 4 * settings.LOGIN_FAILURE_LIMIT:
+        oldest = recent.order_by("at").first()
+        wait = window - (timezone.now() - oldest.at) if oldest else window
+        raise Throttled(
+            "too many failed sign-ups and logins from this address; try again later",
+            retry_after=max(1, int(wait.total_seconds())),
+        )
+
+
+def signup_taken(*, source_ip: str | None) -> None:
+    """Record a sign-up refused because its email already has an account."""
+    if source_ip:
+        LoginFailure.objects.create(email="", source_ip=source_ip)
+
+
 def login_failures_prune(*, now=None) -> int:
     cutoff = (now or timezone.now()) - timedelta(seconds=settings.LOGIN_FAILURE_WINDOW_SECONDS)
     deleted, _ = LoginFailure.objects.filter(at__lt=cutoff).delete()

@@ -22,5 +22,8 @@ class Gone(DomainError):
 
 
 class Unavailable(DomainError):
+    """No live worker can take it now; one may soon (answered with ``Retry-After``)."""
+
     status = 503
     code = "no_capacity"
+    retry_after = 30

@@ -52,7 +52,11 @@ def test_malformed_and_mistyped_bodies_name_the_field(alice, runtime) -> None:
     mid = create_model(alice, runtime, sid)
     r = alice.post(
         "forward_backward",
-        {"model_id": mid, "seq_id": 1, "forward_backward_input": {"data": [], "loss_fn": "mse"}},
+        {
+            "model_id": mid,
+            "seq_id": 1,
+            "forward_backward_input": {"data": [datum([1])], "loss_fn": "mse"},
+        },
     )
     assert r.status_code == 400 and r.json()["field"].startswith("forward_backward_input.loss_fn")
     r = alice.post("forward_backward", fwdbwd(mid, 0, [datum([1])]))
@@ -80,16 +84,46 @@ def test_oversize_body_is_413_with_the_limit(alice, settings) -> None:
     assert r.status_code == 413 and "1000 bytes" in r.json()["detail"]
 
 
-def test_unknown_or_unserved_base_model_is_a_clear_503(alice, runtime) -> None:
+def test_an_unknown_base_model_is_a_404_naming_what_is_served(alice, charlie, runtime) -> None:
+    """A typo is not worth retrying (a 503 would be, for minutes): a 404 naming the model and
+    what is served."""
     sid = open_session(alice)
+    for path, body in (
+        ("create_model", {"session_id": sid, "model_seq_id": 0, "base_model": "no/such-model"}),
+        (
+            "create_sampling_session",
+            {"session_id": sid, "sampling_session_seq_id": 0, "base_model": "no/such-model"},
+        ),
+    ):
+        r = alice.post(path, body)
+        assert r.status_code == 404, r.content
+        assert (r.json()["code"], r.json()["field"]) == ("base_model_not_found", "base_model")
+        assert "no/such-model" in r.json()["detail"] and TINY in r.json()["detail"]
+    r = charlie.post("create_model", {"session_id": sid, "model_seq_id": 0, "base_model": TINY})
+    assert r.status_code == 404 and r.json()["field"] == "session_id"
+
+
+def test_a_served_base_model_without_a_live_worker_waits_or_is_a_503_to_retry(
+    alice, runtime
+) -> None:
+    """Known but not served right now: a sampler of the base model waits for a worker; one
+    that a live worker serves but not on the session's network is a 503 with Retry-After."""
+    sid = open_session(alice)
+    Worker.objects.update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     r = alice.post(
-        "create_model", {"session_id": sid, "model_seq_id": 0, "base_model": "no/such-model"}
+        "create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 0, "base_model": TINY},
     )
-    assert (
-        r.status_code == 503
-        and r.json()["field"] == "base_model"
-        and "no/such-model" in r.json()["detail"]
+    assert r.status_code == 200, r.content
+    Worker.objects.update(
+        lease_expires_at=timezone.now() + timedelta(seconds=600), subnet_ids=["subnet-0abc1234"]
     )
+    r = alice.post(
+        "create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 1, "base_model": TINY},
+    )
+    assert r.status_code == 503 and r.json()["code"] == "no_capacity", r.content
+    assert int(r["Retry-After"]) > 0
 
 
 def test_a_full_worker_takes_no_more_models(alice, runtime) -> None:

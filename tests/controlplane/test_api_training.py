@@ -130,9 +130,11 @@ def test_waiting_for_a_missing_seq_id(alice, runtime) -> None:
 def test_bad_operation_fails_with_user_category_and_session_stays_usable(alice, runtime) -> None:
     sid = open_session(alice)
     mid = create_model(alice, runtime, sid)
-    bad = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 300])])).json()
-    failed = result(alice, runtime, bad)
-    assert failed["category"] == "user" and "data[0].model_input" in failed["error"]
+    # only the worker sees it (the shapes of the loss inputs against the input's length); a
+    # token id past the vocabulary is refused on arrival (test_hostile_inputs)
+    bad = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3], targets=[1, 2])]))
+    failed = result(alice, runtime, bad.json())
+    assert failed["category"] == "user" and "data[0]" in failed["error"], failed
     ok = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
     assert "metrics" in result(alice, runtime, ok)
 
@@ -197,12 +199,22 @@ def test_sample_batches_several_requests_and_isolates_a_bad_one(alice, runtime) 
             "seq_id": 1,
             "sampling_params": {"max_tokens": 3, "top_p": 0},
         },
-    ).json()
+    )  # refused at the door: the others are not touched
+    assert bad.status_code == 400 and bad.json()["field"] == "sampling_params.top_p"
+    too_long = alice.post(
+        "asample",
+        {
+            **req,
+            "sampling_session_id": base["sampling_session_id"],
+            "seq_id": 2,
+            "sampling_params": {"max_tokens": 10**6},
+        },
+    ).json()  # only the worker knows the context length: it fails there, as the user's error
     runtime.drain()
     for f in futs:
         assert len(result(alice, runtime, f)["sequences"]) == 2
-    failed = result(alice, runtime, bad)
-    assert failed["category"] == "user" and "top_p" in failed["error"]
+    failed = result(alice, runtime, too_long)
+    assert failed["category"] == "user" and "max_tokens" in failed["error"]
 
 
 def test_a_request_refused_on_arrival_does_not_block_later_ones(alice, runtime) -> None:
@@ -222,14 +234,14 @@ def test_a_request_refused_on_arrival_does_not_block_later_ones(alice, runtime) 
 
 
 def test_a_seq_id_that_never_arrives_times_out(alice, runtime) -> None:
-    from controlplane.training_sessions.services import execution
+    from controlplane.training_sessions.services import sequence
 
     sid = open_session(alice)
     mid = create_model(alice, runtime, sid)
     later = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
     runtime.drain()
-    assert execution.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0  # still waiting
-    assert execution.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
+    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0  # still waiting
+    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
     assert "metrics" in result(alice, runtime, later)
     missing = Operation.objects.get(model_id=mid, seq_id=1)
     assert missing.status == "failed" and "never arrived" in missing.error

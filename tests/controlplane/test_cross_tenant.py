@@ -20,6 +20,8 @@ pytestmark = pytest.mark.django_db
 # Routes that take no identifier of a tenant's resource: lists are checked for leaks below.
 NOT_TENANT_SCOPED = {
     "healthz": "public",
+    "schema": "public: the OpenAPI document",
+    "docs": "public: the OpenAPI document's page",
     "client/config": "service-wide",
     "client/dynamic_config": "service-wide",
     "sessions/search": "search of the caller's own account: leaks checked in test_session_reports",
@@ -171,6 +173,18 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
                 "load_weights",
                 {"model_id": m, "seq_id": 2, "path": w["path"], "optimizer": False},
             )
+        ],
+        "copy_weights": [
+            (
+                "post",
+                "copy_weights",
+                {"source_path": w["path"], "destination_project_id": "default"},
+            ),
+            (
+                "post",
+                "copy_weights",
+                {"source_path": w["path"], "session_id": s, "model_seq_id": 7},
+            ),
         ],
         "create_sampling_session": [
             (

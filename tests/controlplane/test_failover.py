@@ -392,3 +392,44 @@ def test_a_snapshot_goes_when_its_session_ends(alice, start) -> None:
     a.drain()  # the unload runs after what was queued
     assert TrainingModel.objects.get(pk=model_id).recovery is None
     assert not storage_at(point["storage_uri"]).list()
+
+
+def test_a_model_with_a_settled_gap_fails_over_and_replays_exactly(alice, start) -> None:
+    """seq_ids 3 to 6 never arrive and are settled as one range; a request refused on arrival
+    takes seq_id 8; the model then moves and replays exactly what ran, skipping both."""
+    from controlplane.training_sessions.services import sequence
+
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 1):  # seq 1, 2
+        result(alice, a, fut)
+    after_gap = steps(alice, model_id, 7, 1)  # seq 7 (forward_backward), 8 (optim_step)
+    refused = alice.post("save_weights", {"model_id": model_id, "seq_id": 9, "path": "bad!"})
+    assert refused.status_code == 400
+    tail = steps(alice, model_id, 10, 1)  # seq 10, 11
+    assert sequence.settle_gaps(worker=a.worker, gap_seconds=0) == 1
+    for fut in [*after_gap, *tail]:
+        assert "metrics" in result(alice, a, fut)
+    missing = Operation.objects.get(model_id=model_id, kind="missing")
+    assert sequence.missing_range(missing) == (3, 6)
+
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    last = steps(alice, model_id, 12, 1)
+    for fut in last:
+        assert "metrics" in result(alice, b, fut)
+    recovery = Recovery.objects.get(model_id=model_id)
+    # create_model and the three pairs that ran; the range and the refusal are skipped
+    assert (recovery.outcome, recovery.replayed) == ("restored", 7)
+
+    # the same steps, without the gap, on a worker that never stopped: the same adapter
+    c = start("c")
+    ref = create_model(alice, c, open_session(alice))
+    for seq, data_of in enumerate((1, 7, 10, 12)):
+        tokens = [(data_of * 11 + j * 7) % 250 for j in range(9)]
+        fb = alice.post("forward_backward", fwdbwd(ref, 2 * seq + 1, [datum(tokens)])).json()
+        step = {"model_id": ref, "seq_id": 2 * seq + 2, "adam_params": ADAM}
+        result(alice, c, fb)
+        result(alice, c, alice.post("optim_step", step).json())
+    assert same(adapter(b, model_id), adapter(c, ref))

@@ -85,7 +85,7 @@ def test_a_failure_notice_names_the_error_and_a_large_result_only_the_id(
     model_id = create_model(alice, runtime, session)
     long = list(range(1, 255)) * 2  # ~500 tokens: a result over a notice's 8,000 bytes
     with _listening(notify.CHANNEL) as conn:
-        bad = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 300])]))
+        bad = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2], targets=[1])]))
         forward_input = {"data": [datum(long)], "loss_fn": "cross_entropy"}
         big = alice.post(
             "forward", {"model_id": model_id, "seq_id": 2, "forward_input": forward_input}

@@ -81,15 +81,19 @@ class Stack:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.backend == "postgres-redis":
             self._admin(f'CREATE DATABASE "{self.db_name}"')
-        self._manage("migrate", "--verbosity", "0")
-        for who in ("alice", "charlie"):
-            account = json.loads(self._manage("create_tenant", "--name", who, "--json"))
-            self.keys[who], self.roles[who] = account["api_key"], account["session_role_arn"]
-            self.accounts[who] = account["account_id"]
-        self.start_http()
-        for name in self.workers:
-            self.start_worker(name)
-        self._wait_ready()
+        try:
+            self._manage("migrate", "--verbosity", "0")
+            for who in ("alice", "charlie"):
+                account = json.loads(self._manage("create_tenant", "--name", who, "--json"))
+                self.keys[who], self.roles[who] = account["api_key"], account["session_role_arn"]
+                self.accounts[who] = account["account_id"]
+            self.start_http()
+            for name in self.workers:
+                self.start_worker(name)
+            self._wait_ready()
+        except BaseException:
+            self.stop()  # no process outlives a stack that did not come up
+            raise
         return self
 
     def start_http(self) -> None:

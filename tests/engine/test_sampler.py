@@ -179,8 +179,10 @@ def test_base_model_sampling_ignores_adapters(trained) -> None:
     ],
 )
 def test_bad_sampling_params_name_the_field(trained, kwargs, field) -> None:
+    # the wire types refuse most of these first; the engine checks again what reaches it
+    params = SamplingParams.model_construct(**{**SamplingParams().model_dump(), **kwargs})
     with pytest.raises(InvalidInput) as err:
-        trained.sample("m", [job([1, 2], 1, **kwargs)])
+        trained.sample("m", [SampleJob.from_wire([1, 2], 1, params)])
     assert err.value.field == field
 
 

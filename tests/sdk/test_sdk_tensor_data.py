@@ -32,8 +32,17 @@ def test_length_must_match_shape() -> None:
 
 
 def test_negative_dimension_rejected() -> None:
-    with pytest.raises(ValidationError, match="negative"):
+    with pytest.raises(ValidationError, match="greater than or equal to 0"):
         TensorData(data=[], dtype="int64", shape=[-1])
+
+
+def test_int64_data_are_whole_numbers_within_int64() -> None:
+    assert TensorData(data=[1.0, 2.0], dtype="int64").to_numpy().tolist() == [1, 2]
+    for data in ([1.5], [2**70], [float("inf")]):
+        with pytest.raises(ValidationError):
+            TensorData(data=data, dtype="int64")
+    with pytest.raises(ValidationError):
+        TensorData(data=[float("nan")], dtype="float32")
 
 
 def test_unknown_dtype_and_extra_field_rejected() -> None:

@@ -118,7 +118,7 @@ def test_creating_a_session_makes_its_model_like_the_api(alice, worker):
         ({"model_package_group_arn": "not-an-arn"}, "model_package_group_arn", "expected"),
         ({"s3_output_path": "s3://elsewhere/x"}, "s3_output_path", "not inside a storage location"),
         ({"kms_key_arn": "alias/nope"}, "kms_key_arn", "not found"),
-        ({"base_model": "nobody/serves-this"}, "base_model", "no worker has served"),
+        ({"base_model": "nobody/serves-this"}, "base_model", "is not served here"),
     ],
 )
 def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change, field, message):

@@ -8,6 +8,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.errors import Conflict
 from controlplane.iam.access import client_ip
 from controlplane.iam.principals import for_membership
 from controlplane.iam.provisioning import account_create
@@ -15,6 +16,7 @@ from controlplane.tenants import logins
 from controlplane.tenants import services as tenants
 from controlplane.tenants.models import Membership
 
+from .. import bodies
 from ..parsing import body_of, principal_of, text
 
 
@@ -33,12 +35,19 @@ def membership_json(m: Membership) -> dict:
 @permission_classes([AllowAny])
 def signup(request: Request) -> Response:
     """A new tenant, its owner, its session role and a first API key (shown once)."""
-    body = body_of(request, {"email", "password", "tenant_name"})
-    account = account_create(
-        email=text(body, "email", 254),
-        password=text(body, "password", 128),
-        tenant_name=text(body, "tenant_name", 200),
-    )
+    body = body_of(request, bodies.SignupBody)
+    source_ip = client_ip(request)
+    logins.signup_check(source_ip=source_ip)
+    try:
+        account = account_create(
+            email=text(body, "email", 254),
+            password=text(body, "password", 128),
+            tenant_name=text(body, "tenant_name", 200),
+        )
+    except Conflict as exc:
+        if exc.field == "email":  # taken: throttled like a failed login of the address
+            logins.signup_taken(source_ip=source_ip)
+        raise
     login(request._request, account.membership.user)
     return Response(
         membership_json(account.membership)
@@ -51,7 +60,7 @@ def signup(request: Request) -> Response:
 @authentication_classes([])
 @permission_classes([AllowAny])
 def login_view(request: Request) -> Response:
-    body = body_of(request, {"email", "password"})
+    body = body_of(request, bodies.LoginBody)
     user = logins.login_check(
         email=text(body, "email", 254),
         password=text(body, "password", 128),
@@ -74,7 +83,7 @@ def logout_view(request: Request) -> Response:
 @authentication_classes([])
 @permission_classes([AllowAny])
 def accept_invitation(request: Request) -> Response:
-    body = body_of(request, {"token", "password"})
+    body = body_of(request, bodies.InvitationAcceptBody)
     membership = tenants.invitation_accept(
         token=text(body, "token", 200), password=text(body, "password", 128)
     )

@@ -10,6 +10,7 @@ from controlplane.iam import selectors, services
 from controlplane.iam.models import Role
 from controlplane.iam.resources import role_arn
 
+from .. import bodies
 from ..parsing import allow, body_of, principal_of, tenant_of, text
 
 
@@ -34,7 +35,7 @@ def roles(request: Request) -> Response:
     if request.method == "GET":
         allow(request, "iam:ListRoles")
         return Response({"roles": [role_json(r) for r in selectors.roles(tenant=tenant)]})
-    body = body_of(request, {"name", "description", "trust_policy", "policies"})
+    body = body_of(request, bodies.RoleCreateBody)
     name = text(body, "name", 64)
     allow(request, "iam:CreateRole", role_arn(tenant, name))
     role = services.role_create(
@@ -63,7 +64,7 @@ def role(request: Request, name: str) -> Response:
 def role_trust_policy(request: Request, name: str) -> Response:
     tenant = tenant_of(request)
     allow(request, "iam:UpdateAssumeRolePolicy", role_arn(tenant, name))
-    body = body_of(request, {"trust_policy"})
+    body = body_of(request, bodies.TrustPolicyBody)
     found = selectors.role_get(tenant=tenant, name=name)
     return Response(
         role_json(services.role_update_trust(role=found, trust_policy=body.get("trust_policy")))
@@ -100,7 +101,7 @@ def role_policy(request: Request, name: str, policy_name: str) -> Response:
         )
         return Response(status=204)
     allow(request, "iam:PutRolePolicy", arn)
-    body = body_of(request, {"document"})
+    body = body_of(request, bodies.PolicyBody)
     policy = services.role_policy_put(
         role=selectors.role_get(tenant=tenant, name=name),
         name=policy_name,

@@ -13,6 +13,7 @@ from controlplane.iam.resources import api_key_arn, user_arn
 from controlplane.tenants import selectors, services
 from controlplane.tenants.models import ApiKey, Membership
 
+from .. import bodies
 from ..parsing import allow, body_of, principal_of, tenant_of, text
 
 
@@ -46,7 +47,7 @@ def users(request: Request) -> Response:
     if request.method == "GET":
         allow(request, "iam:ListUsers")
         return Response({"users": [user_json(m) for m in selectors.memberships(tenant=tenant)]})
-    body = body_of(request, {"email", "role"})
+    body = body_of(request, bodies.UserInviteBody)
     email = text(body, "email", 254).strip().lower()
     allow(request, "iam:CreateUser", user_arn(tenant, email))
     invitation, token = services.invitation_create(
@@ -77,7 +78,7 @@ def user(request: Request, username: str) -> Response:
         )
         return Response(status=204)
     allow(request, "iam:UpdateUser", arn)
-    body = body_of(request, {"role"})
+    body = body_of(request, bodies.MembershipBody)
     membership = services.membership_set_role(
         membership=selectors.membership_get(tenant=tenant, username=username),
         role=text(body, "role", 20),
@@ -102,7 +103,7 @@ def user_policy(request: Request, username: str, policy_name: str) -> Response:
         iam_services.user_policy_delete(membership=membership, name=policy_name)
         return Response(status=204)
     allow(request, "iam:PutUserPolicy", arn)
-    body = body_of(request, {"document"})
+    body = body_of(request, bodies.PolicyBody)
     policy = iam_services.user_policy_put(
         membership=membership, name=policy_name, document=body.get("document")
     )
@@ -120,7 +121,7 @@ def api_keys(request: Request) -> Response:
         found = selectors.api_keys(tenant=tenant)
         found = found.filter(role=owner) if role_arn else found.filter(user=owner)
         return Response({"api_keys": [key_json(k) for k in found]})
-    body = body_of(request, {"name", "expires_in_days", "role_arn"})
+    body = body_of(request, bodies.ApiKeyCreateBody)
     expires = body.get("expires_in_days")
     if expires is not None and (not isinstance(expires, int) or isinstance(expires, bool)):
         raise DomainError("expires_in_days: must be an integer", field="expires_in_days")

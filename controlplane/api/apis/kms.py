@@ -11,6 +11,7 @@ from controlplane.errors import DomainError
 from controlplane.kms import services
 from controlplane.kms.models import KmsKey
 
+from .. import bodies
 from ..parsing import allow, body_of, tenant_of, text
 
 
@@ -47,7 +48,7 @@ def _allow_on_key(request: Request, action: str, key_id: str) -> KmsKey:
 def _state_change(request: Request, key_id: str, action: str, change) -> Response:
     """A body-less change of one key's state (``change`` is the service doing it)."""
     _allow_on_key(request, action, key_id)
-    body_of(request, set())
+    body_of(request, bodies.EmptyBody)
     return Response(
         key_json(change(tenant=tenant_of(request), actor=_actor(request), key_id=key_id))
     )
@@ -68,7 +69,7 @@ def keys(request: Request) -> Response:
         found = services.key_list(tenant=tenant, actor=_actor(request))
         return Response({"keys": [key_json(k) for k in found]})
     allow(request, "kms:CreateKey")
-    body = body_of(request, {"description", "alias", "provider", "aws_key_id"})
+    body = body_of(request, bodies.KeyCreateBody)
     key = services.key_create(
         tenant=tenant,
         actor=_actor(request),
@@ -98,7 +99,7 @@ def key_enable(request: Request, key_id: str) -> Response:
 @api_view(["POST"])
 def key_schedule_deletion(request: Request, key_id: str) -> Response:
     _allow_on_key(request, "kms:ScheduleKeyDeletion", key_id)
-    body = body_of(request, {"pending_window_days"})
+    body = body_of(request, bodies.ScheduleDeletionBody)
     found = services.key_schedule_deletion(
         tenant=tenant_of(request),
         actor=_actor(request),

@@ -22,6 +22,7 @@ from controlplane.registry import downloads, selectors, services
 from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage, ModelPackageGroup
 
+from .. import bodies
 from ..parsing import allow, body_of, principal_of, query_int, tenant_of, text
 
 MAX_VERSION = 2**31 - 1
@@ -132,7 +133,7 @@ def groups(request: Request) -> Response:
                 "cursor": {"offset": offset, "limit": limit, "total_count": total},
             }
         )
-    body = body_of(request, {"name", "description", "tags"})
+    body = body_of(request, bodies.GroupCreateBody)
     name = services.group_name_checked(body.get("name"))
     description = text(body, "description", services.MAX_DESCRIPTION, required=False)
     tags = services.tags_checked(body.get("tags"))
@@ -193,7 +194,7 @@ def version(request: Request, name: str, version: int) -> Response:
             tenant=tenant, actor=_actor(request), group_name=name, version=version
         )
         return Response(status=204)
-    body = body_of(request, {"approval_status", "approval_description"})
+    body = body_of(request, bodies.ApprovalBody)
     status = text(body, "approval_status", 32)
     if status not in services.APPROVAL_STATUSES:
         raise DomainError(
@@ -202,7 +203,7 @@ def version(request: Request, name: str, version: int) -> Response:
         )
     description = body.get("approval_description")
     if description is not None:
-        description = text(body, "approval_description", services.MAX_DESCRIPTION)
+        description = text(body, "approval_description", services.MAX_DESCRIPTION, required=False)
     allow(request, "registry:UpdateModelPackageApproval", _version_arn(request, name, version))
     updated = services.package_update_approval(
         tenant=tenant,

@@ -16,7 +16,7 @@ from controlplane.training_sessions.models import Recovery, Session, TrainingMod
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
-from .. import session_reports
+from .. import bodies, session_reports
 from ..parsing import allow, body_object, body_of, parse, principal_of, query_int, tenant_of, text
 from ..session_queries import SessionSearchQuery
 from .models import placement_json
@@ -138,7 +138,7 @@ def session_detail(request: Request, session_id: str) -> Response:
 def session_finish(request: Request, session_id: str) -> Response:
     """The client is done (tinker SDK >= 0.26 ``ServiceClient.close(status, detail)``): its
     reason is kept (the first one given stands) and the session stops."""
-    body = body_of(request, {"reason", "detail"})
+    body = body_of(request, bodies.SessionFinishBody)
     reason = body.get("reason")
     if not isinstance(reason, dict) or not isinstance(reason.get("type"), str):
         raise DomainError("reason: an object with a type", field="reason")

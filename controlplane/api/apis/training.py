@@ -7,7 +7,6 @@ import functools
 from pydantic import ValidationError
 from rest_framework.decorators import api_view, content_negotiation_class, parser_classes
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,7 +17,12 @@ from controlplane.quotas.budget import budget_exhausted
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
-from controlplane.training_sessions.services import checkpoint_plans, step_submit, submit
+from controlplane.training_sessions.services import (
+    checkpoint_plans,
+    step_submit,
+    submit,
+    vocabulary,
+)
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -31,6 +35,7 @@ from loopwright.types import (
 
 from .. import answers
 from ..answers import future
+from ..json_body import JSONBodyParser
 from ..negotiation import AlwaysJSON
 from ..parsing import allow, parse, tenant_of
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
@@ -120,15 +125,18 @@ def _step(request: Request, kind: str) -> Response | None:
         return None
     request_id = new_id("req")
     waiter = answers.expect(request, request_id)
+    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+    batch = payload.get("forward_input") or payload.get("forward_backward_input")
     try:
         op = step_submit.training_step_submit(
             tenant=tenant,
             model_id=req.model_id,
             seq_id=req.seq_id,
             kind=kind,
-            payload=req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"}),
+            payload=payload,
             audit=audit,
             request_id=request_id,
+            highest_token=vocabulary.highest_token(batch),
         )
         if op is not None:
             return answers.future(request, op, req.model_id, waiter)
@@ -168,7 +176,7 @@ def forward(request: Request) -> Response:
 
 
 @api_view(["POST"])
-@parser_classes([JSONParser, ProtobufParser, ProtobufAliasParser])
+@parser_classes([JSONBodyParser, ProtobufParser, ProtobufAliasParser])
 @content_negotiation_class(AlwaysJSON)  # a protobuf client's Accept is answered, never a 406
 def forward_backward(request: Request) -> Response:
     """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
@@ -224,7 +232,7 @@ def save_weights_for_sampler(request: Request) -> Response:
         )
     else:
         name = checkpoint_plans.checkpoint_name(
-            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None
+            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None, "sampler"
         )
         plan = checkpoint_plans.save_plan(
             kind=Checkpoint.Kind.SAMPLER,

@@ -22,8 +22,9 @@ from .storage import storage_root
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def checkpoint_name(name: str | None, fallback: str) -> str:
-    name = name or fallback
+def checkpoint_name(name: str | None, fallback: str | None, prefix: str = "state") -> str:
+    """``name``, else ``fallback``, else ``<prefix>-<time>`` (a request without ``seq_id``)."""
+    name = name or fallback or timezone.now().strftime(f"{prefix}-%Y%m%dT%H%M%S%f")
     if not NAME_RE.match(name):
         raise SessionError(
             "must be 1–128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",

@@ -106,67 +106,6 @@ def _claimed(sql: str, params: list) -> list[Operation]:
         return [rows.load(Operation, row[1:]) for row in cursor.fetchall()]
 
 
-def settle_gaps(*, worker: Worker, gap_seconds: float) -> int:
-    """Keep each model's sequence moving past requests that will never run.
-
-    An operation already finished at ``next_seq`` (a request refused on arrival) is stepped
-    over. A ``seq_id`` that never arrived while later ones have waited ``gap_seconds`` (the
-    client gave up on it) is recorded as failed, so the later ones can run.
-    """
-    settled = 0
-    models = TrainingModel.objects.filter(
-        worker=worker, operations__status=Operation.Status.PENDING
-    ).distinct()
-    for model in models:
-        while True:
-            at_next = Operation.objects.filter(model=model, seq_id=model.next_seq).first()
-            if at_next is not None:
-                if at_next.status not in Operation.FINISHED:
-                    break
-                _advance(at_next)
-                model.refresh_from_db(fields=["next_seq"])
-                settled += 1
-                continue
-            waiting = model.operations.filter(
-                status=Operation.Status.PENDING, seq_id__gt=model.next_seq
-            )
-            oldest = waiting.order_by("created_at").values_list("created_at", flat=True).first()
-            if oldest is not None and model.placed_at is not None:
-                oldest = max(oldest, model.placed_at)  # time spent waiting for a worker is no gap
-            if oldest is None or (timezone.now() - oldest).total_seconds() < gap_seconds:
-                break
-            _record_missing(model, worker)
-            model.refresh_from_db(fields=["next_seq"])
-            settled += 1
-    return settled
-
-
-@transaction.atomic
-def _record_missing(model: TrainingModel, worker: Worker) -> None:
-    # Under the model's row lock, as every insert of a model's operation (submit relies on it).
-    model = TrainingModel.objects.select_for_update().get(pk=model.pk)
-    seq = model.next_seq
-    if model.worker_id != worker.pk:
-        return  # it moved to another worker meanwhile
-    if Operation.objects.filter(model=model, seq_id=seq).exists():
-        return  # it arrived after all
-    op = Operation.objects.create(
-        tenant_id=model.tenant_id,
-        session_id=model.session_id,
-        model=model,
-        worker_id=model.worker_id,
-        seq_id=seq,
-        kind="missing",
-        payload={},
-        payload_digest="",
-        status=Operation.Status.FAILED,
-        error=f"seq_id {seq} never arrived; later requests ran without it",
-        error_category="user",
-        finished_at=timezone.now(),
-    )
-    _advance(op)
-
-
 def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
     return list(
         Operation.objects.filter(

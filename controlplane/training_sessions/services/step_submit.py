@@ -15,12 +15,13 @@ from __future__ import annotations
 from datetime import timedelta
 from functools import cache
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from controlplane import dispatch, rows
 from controlplane.audit.models import AuditEvent
-from controlplane.fleet.models import Worker
+from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
 
 from ..models import Operation, Session, TrainingModel, new_id
@@ -51,6 +52,7 @@ def training_step_submit(
     payload: dict,
     audit: AuditEvent,
     request_id: str | None = None,
+    highest_token: int | None = None,
 ) -> Operation | None:
     """The operation, inserted and committed with ``audit``; None when the statement changed
     nothing (a missing or stopped model, a ``seq_id`` behind it or already used, also by a
@@ -75,6 +77,9 @@ def training_step_submit(
         *READY_STATES,
         *OPEN_STATES,
         seq_id,
+        seq_id,
+        settings.SEQ_WINDOW,
+        -1 if highest_token is None else highest_token,
         seq_id,
         *_operation_values(op),
         *rows.insert_values(audit),
@@ -114,6 +119,7 @@ def _statement() -> str:
     q = connection.ops.quote_name
     ops, models = q(Operation._meta.db_table), q(TrainingModel._meta.db_table)
     sessions, workers = q(Session._meta.db_table), q(Worker._meta.db_table)
+    base_models = q(BaseModel._meta.db_table)
     fields = Operation._meta.concrete_fields
     columns = ", ".join(q(f.column) for f in fields)
     values = ", ".join(_FROM_MODEL[f.name] if f.name in _FROM_MODEL else _param(f) for f in fields)
@@ -124,8 +130,10 @@ def _statement() -> str:
             SELECT m.id, m.session_id, m.worker_id, m.base_model, m.last_request_at,
                    s.last_heartbeat_at
             FROM {models} m JOIN {sessions} s ON s.id = m.session_id
+            LEFT JOIN {base_models} b ON b.name = m.base_model
             WHERE m.tenant_id = %s AND m.id = %s AND m.state IN (%s, %s)
-              AND s.state IN (%s, %s) AND m.next_seq <= %s
+              AND s.state IN (%s, %s) AND m.next_seq <= %s AND %s < m.next_seq + %s
+              AND (b.vocab_size IS NULL OR %s < b.vocab_size)
               AND NOT EXISTS (SELECT 1 FROM {ops} e WHERE e.model_id = m.id AND e.seq_id = %s)
             FOR UPDATE OF m
         ), op AS (

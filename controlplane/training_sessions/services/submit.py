@@ -17,7 +17,8 @@ from django.db.models import Max
 from django.utils import timezone
 
 from controlplane import dispatch, rows
-from controlplane.fleet.models import BaseModel, Worker
+from controlplane.fleet.models import Worker
+from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
 from controlplane.quotas.budget import token_budget_check
 from controlplane.tenants.models import Tenant
@@ -25,7 +26,7 @@ from controlplane.tenants.models import Tenant
 from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
-from . import placement
+from . import placement, sequence, vocabulary
 from .checkpoint_plans import opening, stored_fields
 from .lora import lora_checked
 from .sessions import session_touch
@@ -123,8 +124,7 @@ def model_create(
             )
         return _existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
     lora_checked(lora)
-    if not BaseModel.objects.filter(name=base_model).exists():
-        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
+    base_model_require(base_model)
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     if lora.get("seed") is None:
         # chosen now and kept: a worker that rebuilds the model from its start (a failover
@@ -221,6 +221,12 @@ def training_submit(
         return Operation.objects.select_related("worker").get(pk=existing_id)
     _require_ready(model)
     if kind in TOKEN_KINDS:
+        key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
+        vocabulary.vocab_check(
+            base_model=model.base_model,
+            highest=vocabulary.highest_token(payload.get(key)),
+            field=f"{key}.data",
+        )
         token_budget_check(tenant=tenant)
     if seq_id is None:
         top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
@@ -231,6 +237,8 @@ def training_submit(
         raise Conflict(
             f"seq_id {seq_id} is behind the model (next is {model.next_seq})", field="seq_id"
         )
+    else:
+        sequence.window_check(model, seq_id)
     plan = {
         "adapter": model.id,
         "base_model": model.base_model,
@@ -325,6 +333,8 @@ def training_reject(
         )
         if model is None or seq_id < model.next_seq:
             return
+        if not sequence.in_window(model.next_seq, seq_id):
+            return  # refused for that alone: it takes no seq_id
         if model.operations.filter(seq_id=seq_id).exists():
             return
         Operation.objects.create(
@@ -482,8 +492,7 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
             field="base_model",
         )
-    if not BaseModel.objects.filter(name=base_model).exists():
-        raise Unavailable(f"no worker has served {base_model!r}", field="base_model")
+    base_model_require(base_model)
     return None
 
 
@@ -536,6 +545,8 @@ def sample_submit(
     _require_open(sampler.session)
     if sampler.live_model_id:
         _require_ready(sampler.live_model)
+    highest = vocabulary.highest_sampled(payload)
+    vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
     token_budget_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(

@@ -16,6 +16,7 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
+        allow_inf_nan=False,
         protected_namespaces=(),
         use_attribute_docstrings=True,
     )

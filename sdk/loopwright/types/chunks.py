@@ -8,9 +8,17 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Tag, field_serializer, field_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    field_serializer,
+    field_validator,
+)
 
 from ._base import RequestModel
+from .limits import NonNegativeInt32, TokenId
 
 __all__ = ["EncodedTextChunk", "ImageAssetPointerChunk", "ImageChunk", "ModelInputChunk"]
 
@@ -18,8 +26,8 @@ __all__ = ["EncodedTextChunk", "ImageAssetPointerChunk", "ImageChunk", "ModelInp
 class EncodedTextChunk(RequestModel):
     """A run of token ids."""
 
-    tokens: list[int]
-    """Token ids, in order."""
+    tokens: list[TokenId]
+    """Token ids, in order (each 0 to 2^31 − 1, inside the base model's vocabulary)."""
 
     type: Literal["encoded_text"] = "encoded_text"
     """Chunk kind tag."""
@@ -33,13 +41,13 @@ class EncodedTextChunk(RequestModel):
 class ImageChunk(RequestModel):
     """An inline image (base64 in JSON)."""
 
-    data: bytes
+    data: Annotated[bytes, WithJsonSchema({"type": "string", "contentEncoding": "base64"})]
     """Encoded image bytes; base64 text on the wire."""
 
     format: Literal["png", "jpeg"]
     """Image file format."""
 
-    expected_tokens: int | None = None
+    expected_tokens: NonNegativeInt32 | None = None
     """Advisory number of tokens the image occupies; needed to compute a length."""
 
     type: Literal["image"] = "image"
@@ -66,10 +74,10 @@ class ImageAssetPointerChunk(RequestModel):
     format: Literal["png", "jpeg"]
     """Image file format."""
 
-    location: str
+    location: Annotated[str, Field(max_length=2048)]
     """Path or URL of the image."""
 
-    expected_tokens: int | None = None
+    expected_tokens: NonNegativeInt32 | None = None
     """Advisory number of tokens the image occupies; needed to compute a length."""
 
     type: Literal["image_asset_pointer"] = "image_asset_pointer"

@@ -6,10 +6,10 @@ Loss inputs may be given as numpy arrays, lists or torch tensors; they become Te
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ._base import RequestModel
 from .model_input import ModelInput
@@ -34,8 +34,10 @@ LOSS_INPUT_DTYPES: dict[str, TensorDtype] = {
 class Datum(RequestModel):
     """One example: the input tokens and the per-token tensors of its loss."""
 
-    loss_fn_inputs: LossFnInputs
-    """Loss inputs by name (e.g. target_tokens, weights, advantages, logprobs)."""
+    loss_fn_inputs: Annotated[
+        dict[Annotated[str, Field(min_length=1, max_length=64)], TensorData], Field(max_length=16)
+    ]
+    """Loss inputs by name (e.g. target_tokens, weights, advantages, logprobs): at most 16."""
 
     model_input: ModelInput
     """The tokens fed to the model; position i predicts target_tokens[i]."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import RequestModel, ResponseModel
+from .limits import Id
 
 __all__ = [
     "FutureRetrieveRequest",
@@ -37,7 +38,7 @@ class UntypedAPIFuture(ResponseModel):
 class FutureRetrieveRequest(RequestModel):
     """Poll a future (the server holds the call up to ~45 s while it is pending)."""
 
-    request_id: str
+    request_id: Id
     """The future to poll."""
 
     allow_metadata_only: bool = False

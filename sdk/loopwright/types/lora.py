@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from pydantic import Field
+
 from ._base import RequestModel
+from .limits import Seed
 
 __all__ = ["LoraConfig"]
 
@@ -10,14 +15,14 @@ __all__ = ["LoraConfig"]
 class LoraConfig(RequestModel):
     """Shape of the LoRA adapter of a training model."""
 
-    rank: int
-    """Rank of the low-rank matrices."""
+    rank: Annotated[int, Field(ge=1, le=1024)]
+    """Rank of the low-rank matrices: 1 to 1,024 (a worker may take less: 128 by default)."""
 
-    alpha: float | None = None
+    alpha: Annotated[float, Field(gt=0, le=65536)] | None = None
     """LoRA scaling numerator (the update is scaled by alpha / rank); None means the server's
     default of 32 (Loopwright extension)."""
 
-    seed: int | None = None
+    seed: Seed | None = None
     """Seed of the adapter's initialisation, for reproducible runs."""
 
     train_unembed: bool = True

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
 from ._base import RequestModel, ResponseModel
 from .datum import Datum
+from .limits import MAX_DATUMS
 from .tensor_data import TensorData
 
 __all__ = [
@@ -39,13 +40,23 @@ LossFnOutput = dict[str, TensorData]
 class ForwardBackwardInput(RequestModel):
     """A batch of data and the loss to compute on it."""
 
-    data: list[Datum]
-    """The examples of the batch."""
-
     loss_fn: LossFnType
     """Which built-in loss to compute."""
 
-    loss_fn_config: dict[str, float | str] | None = None
+    data: Annotated[list[Datum], Field(min_length=1, max_length=MAX_DATUMS)]
+    """The examples of the batch: 1 to 1,024 (a client splits larger batches)."""
+
+    loss_fn_config: (
+        Annotated[
+            dict[
+                Annotated[str, Field(max_length=64)],
+                Annotated[float, Field(allow_inf_nan=False)]
+                | Annotated[str, Field(max_length=256)],
+            ],
+            Field(max_length=16),
+        ]
+        | None
+    ) = None
     """Loss parameters: clip_low_threshold and clip_high_threshold for ppo, cispo and gspo,
     beta for dro. Values may be numbers or strings (tinker's loss_fn_config_v2); each loss
     says which kind each key takes."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from ._base import RequestModel, ResponseModel
+from .limits import BaseModelName, Counter, Id, Metadata
 from .lora import LoraConfig
 from .optim import AdamOptimizerConfig
 
@@ -22,16 +23,16 @@ __all__ = [
 class CreateModelRequest(RequestModel):
     """Create a training model: a fresh LoRA adapter on a base model."""
 
-    session_id: str
+    session_id: Id
     """The client session it belongs to."""
 
-    model_seq_id: int
+    model_seq_id: Counter
     """Counter of models within the client session."""
 
-    base_model: str
+    base_model: BaseModelName
     """Name of the base model to fine-tune."""
 
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     """Free-form metadata of the training run, set by the user."""
 
     lora_config: LoraConfig | None = None
@@ -58,7 +59,7 @@ class CreateModelResponse(ResponseModel):
 class GetInfoRequest(RequestModel):
     """Ask for a training model's description."""
 
-    model_id: str
+    model_id: Id
     """The model to describe."""
 
     type: Literal["get_info"] = "get_info"
@@ -114,7 +115,7 @@ class GetInfoResponse(ResponseModel):
 class UnloadModelRequest(RequestModel):
     """Release a training model's resources."""
 
-    model_id: str
+    model_id: Id
     """The model to unload."""
 
     type: Literal["unload_model"] = "unload_model"

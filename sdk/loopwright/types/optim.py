@@ -7,11 +7,12 @@ implement.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ._base import RequestModel, ResponseModel
+from .limits import Id, SeqId
 
 __all__ = [
     "SUPPORTED_OPTIMIZERS",
@@ -53,23 +54,23 @@ class AdamOptimizerConfig(RequestModel):
 class AdamParams(RequestModel):
     """Hyperparameters of one AdamW step."""
 
-    learning_rate: float = 1e-4
-    """Step size."""
+    learning_rate: Annotated[float, Field(ge=0, le=10)] = 1e-4
+    """Step size: 0 to 10."""
 
-    beta1: float = 0.9
-    """Decay rate of the running mean of gradients."""
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    """Decay rate of the running mean of gradients: 0 to below 1."""
 
-    beta2: float = 0.95
-    """Decay rate of the running mean of squared gradients."""
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
+    """Decay rate of the running mean of squared gradients: 0 to below 1."""
 
-    eps: float = 1e-12
-    """Added to the denominator for numerical stability."""
+    eps: Annotated[float, Field(ge=0, le=1)] = 1e-12
+    """Added to the denominator for numerical stability: 0 to 1."""
 
-    weight_decay: float = 0.0
-    """Decoupled weight decay."""
+    weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.0
+    """Decoupled weight decay: 0 to 10."""
 
-    grad_clip_norm: float = 0.0
-    """Clip the global gradient norm to this value; 0 turns clipping off."""
+    grad_clip_norm: Annotated[float, Field(ge=0, le=1e9)] = 0.0
+    """Clip the global gradient norm to this value; 0 turns clipping off: 0 to 1e9."""
 
 
 class OptimStepRequest(RequestModel):
@@ -78,10 +79,10 @@ class OptimStepRequest(RequestModel):
     adam_params: AdamParams
     """Hyperparameters of this step."""
 
-    model_id: str
+    model_id: Id
     """The training model to update."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
     type: Literal["optim_step"] = "optim_step"

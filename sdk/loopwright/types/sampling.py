@@ -6,9 +6,13 @@ Field names and layouts follow tinker 0.38; a sample result's JSON is ``SampleRe
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
 
 from ._base import RequestModel, ResponseModel
+from .chunks import EncodedTextChunk
+from .limits import INT32_MAX, BaseModelName, Counter, Id, Seed, TinkerPath, TokenId
 from .model_input import ModelInput
 from .tensor_data import TensorData
 
@@ -24,6 +28,8 @@ __all__ = [
 
 StopReason = Literal["length", "stop"]
 
+StopString = Annotated[str, Field(max_length=1000)]
+
 TopK = list[tuple[int, float]]
 """Up to k ``(token_id, logprob)`` pairs, most likely first (JSON: ``[[id, logprob], ...]``)."""
 
@@ -31,30 +37,36 @@ TopK = list[tuple[int, float]]
 class SamplingParams(ResponseModel):
     """How to generate tokens."""
 
-    max_tokens: int | None = None
-    """Most tokens to generate."""
+    max_tokens: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
+    """Most tokens to generate (prompt and completion must fit the base model's context)."""
 
-    seed: int | None = None
-    """Random seed, for reproducible generation."""
+    seed: Seed | None = None
+    """Random seed, for reproducible generation: any int64."""
 
-    stop: str | list[str] | list[int] | None = None
-    """Stop strings or stop token ids; generation ends after the first match."""
+    stop: (
+        StopString
+        | Annotated[list[StopString], Field(max_length=64)]
+        | Annotated[list[TokenId], Field(max_length=64)]
+        | None
+    ) = None
+    """Stop strings or stop token ids (at most 64, strings of at most 1,000 characters);
+    generation ends after the first match."""
 
-    temperature: float = 1
-    """Sampling temperature."""
+    temperature: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = 1
+    """Sampling temperature: 0 to 100."""
 
-    top_k: int = -1
+    top_k: Annotated[int, Field(ge=-1, le=INT32_MAX)] = -1
     """Sample from the k most likely tokens; -1 means no limit."""
 
-    top_p: float = 1
-    """Nucleus sampling probability mass."""
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1
+    """Nucleus sampling probability mass: above 0, at most 1."""
 
 
 class SampleRequest(RequestModel):
     """Generate completions of a prompt."""
 
-    num_samples: int = 1
-    """Number of completions to generate."""
+    num_samples: Annotated[int, Field(ge=1, le=128)] = 1
+    """Number of completions to generate: 1 to 128."""
 
     prompt: ModelInput
     """The prompt tokens."""
@@ -62,25 +74,25 @@ class SampleRequest(RequestModel):
     sampling_params: SamplingParams
     """How to generate."""
 
-    base_model: str | None = None
+    base_model: BaseModelName | None = None
     """Base model to sample from, when no sampling session or model_path is given."""
 
-    model_path: str | None = None
+    model_path: TinkerPath | None = None
     """tinker:// path of weights to sample from, when no sampling session is given."""
 
-    sampling_session_id: str | None = None
+    sampling_session_id: Id | None = None
     """Sampling session whose model to use; given together with seq_id."""
 
-    seq_id: int | None = None
-    """Request counter within the sampling session."""
+    seq_id: Counter | None = None
+    """Request counter within the sampling session: 0 to 2^31 − 1."""
 
     prompt_logprobs: bool | None = None
     """Whether to return the logprob of every prompt token."""
 
-    topk_prompt_logprobs: int = 0
+    topk_prompt_logprobs: Annotated[int, Field(ge=0, le=64)] = 0
     """If positive, return the k most likely tokens at every prompt position."""
 
-    topk_sample_logprobs: int = 0
+    topk_sample_logprobs: Annotated[int, Field(ge=0, le=20)] = 0
     """If positive, return the k most likely tokens at every generated position
     (``SampledSequence.topk_logprobs``)."""
 
@@ -89,12 +101,12 @@ class SampleRequest(RequestModel):
     ``[i, j]`` is scored at prompt position ``i + 1``; ``-1`` asks for nothing. May be sparse
     CSR, unlisted cells meaning ``-1`` (``SampleResponse.target_prompt_logprobs``)."""
 
-    prompt_alt_tokens_k: int = 0
+    prompt_alt_tokens_k: Annotated[int, Field(ge=0, le=64)] = 0
     """If positive, draw this many tokens at the request's temperature from the model's
     next-token distribution at every prompt position after the first
     (``SampleResponse.prompt_alt_tokens``)."""
 
-    prompt_logprobs_last_n: int | None = None
+    prompt_logprobs_last_n: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None
     """Score only the last N prompt tokens (earlier entries are None); needs prompt_logprobs,
     between 1 and len(prompt) - 1; also applies to topk_prompt_logprobs."""
 
@@ -104,6 +116,16 @@ class SampleRequest(RequestModel):
 
     type: Literal["sample"] = "sample"
     """Request kind tag."""
+
+    @model_validator(mode="after")
+    def _token_prompt(self) -> SampleRequest:
+        for i, chunk in enumerate(self.prompt.chunks):
+            if not isinstance(chunk, EncodedTextChunk):
+                raise ValueError(
+                    f"prompt.chunks[{i}]: {chunk.type} chunks cannot be sampled from here; "
+                    "prompts are token chunks (encoded_text)"
+                )
+        return self
 
 
 class SampledSequence(ResponseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import RequestModel, ResponseModel
+from .limits import BaseModelName, Counter, Id, TinkerPath
 
 __all__ = [
     "CreateSamplingSessionRequest",
@@ -16,20 +17,20 @@ __all__ = [
 class CreateSamplingSessionRequest(RequestModel):
     """Open a sampler within a client session."""
 
-    session_id: str
+    session_id: Id
     """The client session it belongs to."""
 
-    sampling_session_seq_id: int
-    """Counter of sampling sessions within the client session."""
+    sampling_session_seq_id: Counter
+    """Counter of sampling sessions within the client session: 0 to 2^31 − 1."""
 
-    base_model: str | None = None
+    base_model: BaseModelName | None = None
     """Base model to sample from; inferred from model_path when that is given."""
 
-    model_path: str | None = None
+    model_path: TinkerPath | None = None
     """tinker:// path of sampler weights (or a model package version's ARN); None samples the
     base model."""
 
-    model_id: str | None = None
+    model_id: Id | None = None
     """A live training model whose current adapter to sample (Loopwright extension)."""
 
     type: Literal["create_sampling_session"] = "create_sampling_session"

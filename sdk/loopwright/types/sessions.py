@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from ._base import RequestModel, ResponseModel
+from .limits import MAX_TAGS, Arn, Id, Metadata, ShortText, Tag
 from .vpc import VpcConfig
 
 __all__ = [
@@ -20,35 +23,35 @@ __all__ = [
 class CreateSessionRequest(RequestModel):
     """Open a client session, the parent of its training models and samplers."""
 
-    tags: list[str]
-    """Free-form labels."""
+    tags: Annotated[list[Tag], Field(max_length=MAX_TAGS)]
+    """Free-form labels: at most 64, each at most 256 characters."""
 
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     """Free-form metadata set by the user (omitted from the body when None)."""
 
-    sdk_version: str
+    sdk_version: Annotated[str, Field(max_length=64)]
     """Version of the SDK that opens the session."""
 
-    project_id: str | None = None
+    project_id: Annotated[str, Field(max_length=128)] | None = None
     """Project to file the session under."""
 
-    display_name: str | None = None
+    display_name: ShortText | None = None
     """A name to show for the session (tinker SDK ≥ 0.30); the session's name when ``name`` is
     not given."""
 
-    name: str | None = None
+    name: ShortText | None = None
     """Human-readable session name (Loopwright extension)."""
 
-    role_arn: str | None = None
+    role_arn: Arn | None = None
     """IAM role the session runs as; the caller needs iam:PassRole on it (Loopwright extension)."""
 
-    model_package_group_arn: str | None = None
+    model_package_group_arn: Arn | None = None
     """Model package group that registers every checkpoint as a version (Loopwright extension)."""
 
-    s3_output_path: str | None = None
+    s3_output_path: Annotated[str, Field(max_length=1024)] | None = None
     """Where checkpoints are written, e.g. s3://bucket/prefix (Loopwright extension)."""
 
-    kms_key_arn: str | None = None
+    kms_key_arn: Arn | None = None
     """KMS key that encrypts the session's checkpoints (Loopwright extension)."""
 
     vpc_config: VpcConfig | None = None
@@ -81,7 +84,7 @@ class CreateSessionResponse(ResponseModel):
 class SessionHeartbeatRequest(RequestModel):
     """Keep a session alive (the SDK sends one every 10 seconds)."""
 
-    session_id: str
+    session_id: Id
     """The session to keep alive."""
 
     type: Literal["session_heartbeat"] = "session_heartbeat"

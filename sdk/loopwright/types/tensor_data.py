@@ -6,13 +6,14 @@ Converts to and from numpy; torch is imported only inside the torch helpers.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from ._base import RequestModel
+from .limits import INT64_MAX, INT64_MIN, Int64, NonNegativeInt32
 
 if TYPE_CHECKING:
     import torch
@@ -36,25 +37,27 @@ def dtype_for_numpy(dtype: np.dtype[Any]) -> TensorDtype:
 class TensorData(RequestModel):
     """A tensor on the wire: values flattened in row-major order, plus dtype and shape."""
 
-    data: list[int] | list[float]
-    """Flattened values (row-major); for a sparse tensor, only the non-zero values."""
+    data: list[Int64] | list[float]
+    """Flattened values (row-major); for a sparse tensor, only the non-zero values. Finite;
+    int64 data are integers within int64."""
 
     dtype: TensorDtype
     """Element type: "int64" or "float32"."""
 
-    shape: list[int] | None = None
-    """Dense shape; None means one dimension of length len(data). Required when sparse."""
+    shape: Annotated[list[NonNegativeInt32], Field(max_length=8)] | None = None
+    """Dense shape, at most 8 dimensions; None means one dimension of length len(data).
+    Required when sparse."""
 
-    sparse_crow_indices: list[int] | None = None
+    sparse_crow_indices: list[Int64] | None = None
     """CSR row pointers (length rows + 1); when set, the tensor is a sparse 2-D matrix."""
 
-    sparse_col_indices: list[int] | None = None
+    sparse_col_indices: list[Int64] | None = None
     """CSR column index of each value in data; set together with sparse_crow_indices."""
 
     @model_validator(mode="after")
     def _check_layout(self) -> TensorData:
-        if self.shape is not None and any(d < 0 for d in self.shape):
-            raise ValueError(f"shape has a negative dimension: {self.shape}")
+        if self.dtype == "int64" and self.data and isinstance(self.data[0], float):
+            self._check_integral()
         if self.is_sparse:
             self._check_csr()
         elif self.shape is not None and math.prod(self.shape) != len(self.data):
@@ -63,6 +66,14 @@ class TensorData(RequestModel):
                 f"needs {math.prod(self.shape)}"
             )
         return self
+
+    def _check_integral(self) -> None:
+        """int64 data given as floats (1.0) must be whole numbers within int64."""
+        values = np.asarray(self.data, dtype=np.float64)
+        whole = np.isfinite(values) & (values == np.floor(values))
+        inside = (values >= INT64_MIN) & (values < 2.0**63)
+        if not bool(np.all(whole & inside)):
+            raise ValueError(f"int64 data must be whole numbers within int64 (up to {INT64_MAX})")
 
     def _check_csr(self) -> None:
         crow, col = self.sparse_crow_indices, self.sparse_col_indices

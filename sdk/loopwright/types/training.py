@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._base import RequestModel
+from .limits import Id, SeqId
 from .losses import ForwardBackwardInput
 
 __all__ = ["ForwardBackwardRequest", "ForwardRequest"]
@@ -14,10 +15,10 @@ class ForwardRequest(RequestModel):
     forward_input: ForwardBackwardInput
     """The batch and its loss."""
 
-    model_id: str
+    model_id: Id
     """The training model to run."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
 
@@ -27,8 +28,8 @@ class ForwardBackwardRequest(RequestModel):
     forward_backward_input: ForwardBackwardInput
     """The batch and its loss."""
 
-    model_id: str
+    model_id: Id
     """The training model to run."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""

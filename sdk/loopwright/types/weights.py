@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from ._base import RequestModel, ResponseModel
+from .limits import (
+    BaseModelName,
+    CheckpointName,
+    Counter,
+    Id,
+    Metadata,
+    SeqId,
+    ShortText,
+    StrMetadata,
+    TinkerPath,
+    TtlSeconds,
+)
 from .optim import AdamOptimizerConfig
 
 __all__ = [
@@ -26,22 +40,22 @@ __all__ = [
 class SaveWeightsRequest(RequestModel):
     """Save a model's training state (adapter and optimizer) as tinker://<model_id>/weights/<path>."""
 
-    model_id: str
+    model_id: Id
     """The model to save."""
 
-    path: str | None = None
+    path: CheckpointName | None = None
     """Checkpoint name."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
-    ttl_seconds: int | None = None
+    ttl_seconds: TtlSeconds | None = None
     """Seconds until the checkpoint expires; None keeps it."""
 
     overwrite: bool = False
     """Whether to replace an existing checkpoint of the same name."""
 
-    user_metadata: dict[str, str] | None = None
+    user_metadata: StrMetadata | None = None
     """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
 
     type: Literal["save_weights"] = "save_weights"
@@ -61,19 +75,19 @@ class SaveWeightsResponse(ResponseModel):
 class SaveWeightsForSamplerRequest(RequestModel):
     """Save sampler weights, named (path) or for a new sampling session (sampling_session_seq_id)."""
 
-    model_id: str
+    model_id: Id
     """The model to save."""
 
-    path: str | None = None
+    path: CheckpointName | None = None
     """Checkpoint name, for a named save."""
 
-    sampling_session_seq_id: int | None = None
+    sampling_session_seq_id: Counter | None = None
     """Sampling session counter, for an unnamed save that opens a sampling session."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
-    ttl_seconds: int | None = None
+    ttl_seconds: TtlSeconds | None = None
     """Seconds until the checkpoint expires; None keeps it."""
 
     merge_weights: bool = False
@@ -84,7 +98,7 @@ class SaveWeightsForSamplerRequest(RequestModel):
     served the same way here (the weights as of the save, in seq_id order, which meets its
     "these weights or newer" guarantee); a later save gives a new sampler."""
 
-    user_metadata: dict[str, str] | None = None
+    user_metadata: StrMetadata | None = None
     """Free-form metadata of the checkpoint, set by the user (kept with its save)."""
 
     type: Literal["save_weights_for_sampler"] = "save_weights_for_sampler"
@@ -118,19 +132,19 @@ class SaveWeightsExternalRequest(RequestModel):
     """Save the model's weights for use elsewhere (tinker SDK ≥ 0.30): the adapter and the base
     model with the adapter merged in, as ``tinker://<model_id>/external_weights/<path>``."""
 
-    model_id: str
+    model_id: Id
     """The model to save."""
 
-    path: str
+    path: CheckpointName
     """Checkpoint name (required)."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
-    ttl_seconds: int | None = None
+    ttl_seconds: TtlSeconds | None = None
     """Seconds until the checkpoint expires; None keeps it."""
 
-    age_encryption_recipients: list[str] | None = None
+    age_encryption_recipients: Annotated[list[ShortText], Field(max_length=64)] | None = None
     """age recipients to encrypt the files to (not offered: files are sealed with the
     account's KMS key and downloaded by time-limited links)."""
 
@@ -141,25 +155,25 @@ class SaveWeightsExternalRequest(RequestModel):
 class LoadWeightsRequest(RequestModel):
     """Load a training checkpoint into a model (or create the model from it)."""
 
-    model_id: str | None = None
+    model_id: Id | None = None
     """The model to load into; set with seq_id, and not with session_id."""
 
-    seq_id: int | None = None
+    seq_id: SeqId | None = None
     """Per-model request counter; requests run in seq_id order."""
 
-    session_id: str | None = None
+    session_id: Id | None = None
     """Client session of a model created by this load; set with model_seq_id."""
 
-    model_seq_id: int | None = None
+    model_seq_id: Counter | None = None
     """Counter of models within the client session, for a model created by this load."""
 
-    base_model: str | None = None
+    base_model: BaseModelName | None = None
     """Base model override for a model created by this load."""
 
-    user_metadata: dict[str, Any] | None = None
+    user_metadata: Metadata | None = None
     """Free-form metadata of the training run, set by the user."""
 
-    path: str
+    path: TinkerPath
     """tinker:// path of the training checkpoint, or the ARN of a model package version."""
 
     optimizer: bool
@@ -168,7 +182,7 @@ class LoadWeightsRequest(RequestModel):
     optimizer_config: AdamOptimizerConfig | None = None
     """The optimizer of a model created by this load; None means AdamW, the one supported."""
 
-    weights_access_token: str | None = None
+    weights_access_token: Annotated[str, Field(max_length=4096)] | None = None
     """Access token for a checkpoint owned by another account."""
 
     type: Literal["load_weights"] = "load_weights"
@@ -191,7 +205,7 @@ class LoadWeightsResponse(ResponseModel):
 class WeightsInfoRequest(RequestModel):
     """Ask what a checkpoint was trained from."""
 
-    tinker_path: str
+    tinker_path: TinkerPath
     """tinker:// path of the checkpoint, or the ARN of a model package version."""
 
 
@@ -221,22 +235,22 @@ class CopyWeightsRequest(RequestModel):
     """Copy a checkpoint inside the account: into a session's model slot, or the account's
     project (``default``). The copy is a training run of its own that cannot be trained on."""
 
-    source_path: str
+    source_path: TinkerPath
     """The checkpoint to copy: a tinker path of either kind, or a model package version ARN."""
 
-    session_id: str | None = None
+    session_id: Id | None = None
     """The session that owns the copy (with model_seq_id)."""
 
-    model_seq_id: int | None = None
+    model_seq_id: Counter | None = None
     """The copy's model slot in that session, as create_model and load_weights use."""
 
-    destination_project_id: str | None = None
+    destination_project_id: Annotated[str, Field(max_length=128)] | None = None
     """The project that owns the copy when no session_id is given: ``default``."""
 
-    ttl_seconds: int | None = None
+    ttl_seconds: TtlSeconds | None = None
     """Seconds until the copy expires (1 hour to 10 years); the source's expiry is not kept."""
 
-    weights_access_token: str | None = None
+    weights_access_token: Annotated[str, Field(max_length=4096)] | None = None
     """Copies across accounts are not offered: refused when given."""
 
 
