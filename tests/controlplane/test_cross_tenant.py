@@ -174,18 +174,6 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
                 {"model_id": m, "seq_id": 2, "path": w["path"], "optimizer": False},
             )
         ],
-        "copy_weights": [
-            (
-                "post",
-                "copy_weights",
-                {"source_path": w["path"], "destination_project_id": "default"},
-            ),
-            (
-                "post",
-                "copy_weights",
-                {"source_path": w["path"], "session_id": s, "model_seq_id": 7},
-            ),
-        ],
         "create_sampling_session": [
             (
                 "post",

@@ -169,13 +169,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     },
     "LoadWeightsResponse": {"path": "tinker://m1/weights/a"},
     "WeightsInfoRequest": {"tinker_path": "tinker://m1/weights/a"},
-    "CopyWeightsRequest": {
-        "source_path": "tinker://m1/weights/a",
-        "session_id": "s1",
-        "model_seq_id": 1,
-        "ttl_seconds": 3600,
-    },
-    "CopyWeightsResponse": {"tinker_path": "tinker://m2/weights/a"},
     "WeightsInfoResponse": {"base_model": "b", "is_lora": True, "lora_rank": 8, "train_mlp": True},
     "UntypedAPIFuture": {"request_id": "r1", "model_id": "m1"},
     "FutureRetrieveRequest": {"request_id": "r1"},
