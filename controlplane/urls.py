@@ -3,7 +3,10 @@ dashboard at the root."""
 
 from django.urls import include, path
 
+from controlplane.observability.views import metrics
+
 urlpatterns = [
+    path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
     path("", include("web.urls")),
