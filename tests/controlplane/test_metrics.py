@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import logging.config
+import re
 from datetime import timedelta
 
 import pytest
@@ -150,3 +151,30 @@ def test_json_logs_carry_the_request_id(db) -> None:
     found = [x for x in lines if x.get("logger") == "django.request"]
     assert found and found[0]["request_id"] == "req-id-77"
     assert found[0]["level"] == "warning" and "timestamp" in found[0]
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_that_exist(db) -> None:
+    from pathlib import Path
+
+    from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+    from controlplane.observability.collectors import DatabaseCollector
+
+    database = CollectorRegistry(auto_describe=False)
+    database.register(DatabaseCollector())
+    text = (generate_latest(REGISTRY) + generate_latest(database)).decode()
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_sum", "_count"],
+        "summary": ["_sum", "_count"],
+    }
+    exposed = set()
+    for family in text_string_to_metric_families(text):
+        exposed |= {family.name + s for s in suffixes.get(family.type, [""])}
+    board = Path(__file__).resolve().parents[2] / "infra/grafana/loopwright-dashboard.json"
+    exprs = [
+        t["expr"] for p in json.loads(board.read_text())["panels"] for t in p.get("targets", [])
+    ]
+    used = {m for e in exprs for m in re.findall(r"\b(?:loopwright|process)_[a-z_]+\b", e)}
+    assert len(exprs) >= 15 and len(used) >= 15
+    assert used <= exposed, sorted(used - exposed)
