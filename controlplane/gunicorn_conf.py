@@ -5,15 +5,16 @@
 ``LOOPWRIGHT_HTTP_HOST`` (0.0.0.0), ``LOOPWRIGHT_HTTP_PORT`` (8000), ``LOOPWRIGHT_HTTP_WORKERS`` (processes, 1) and
 ``LOOPWRIGHT_HTTP_THREADS`` (64 each: long polls hold one each); ``LOOPWRIGHT_METRICS_PORT``
 binds a second port that alone answers ``/metrics``. With more than one process the metrics of
-all of them are added up through ``PROMETHEUS_MULTIPROC_DIR`` (a private folder, emptied here
-at each start unless one is given). Logs as ``LOOPWRIGHT_LOG_FORMAT`` says, gunicorn's own too.
+all of them are added up through ``PROMETHEUS_MULTIPROC_DIR`` (a private folder unless one is
+given; the metric files left in it are removed at each start). Logs as
+``LOOPWRIGHT_LOG_FORMAT`` says, gunicorn's own too.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
+from pathlib import Path
 
 from controlplane.observability.logs import logging_config
 
@@ -42,8 +43,9 @@ if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 def on_starting(server) -> None:
     folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if folder:  # counts left by a previous start would be added to this one's
-        shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder, exist_ok=True)
+        for left in Path(folder).glob("*.db"):  # the client's files only
+            left.unlink(missing_ok=True)
 
 
 def child_exit(server, worker) -> None:
