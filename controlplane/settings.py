@@ -12,6 +12,8 @@ from pathlib import Path
 
 import environ
 
+from controlplane.observability.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
@@ -44,6 +46,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.observability.middleware.RequestIdMiddleware",
     "controlplane.api.middleware.BodyDrainMiddleware",
     "controlplane.api.middleware.ServerTimingMiddleware",
     "controlplane.api.middleware.BodySizeLimitMiddleware",
@@ -235,9 +238,12 @@ STRIPE_PUSH_GRACE_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_GRACE_MINUTES", defa
 STRIPE_PUSH_BACKFILL_DAYS = env.int("LOOPWRIGHT_STRIPE_PUSH_BACKFILL_DAYS", default=30)
 STRIPE_MAX_NETWORK_RETRIES = env.int("LOOPWRIGHT_STRIPE_MAX_NETWORK_RETRIES", default=2)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.str("LOOPWRIGHT_LOG_LEVEL", default="INFO")},
-}
+# Metrics at /metrics (controlplane/observability): a bearer token and/or a port of its own.
+METRICS_TOKEN = env.str("LOOPWRIGHT_METRICS_TOKEN", default="")
+METRICS_PORT = env.int("LOOPWRIGHT_METRICS_PORT", default=0)
+
+# text: plain lines; json: one object per line with the request or operation id bound.
+LOGGING = logging_config(
+    fmt=env.str("LOOPWRIGHT_LOG_FORMAT", default="text"),
+    level=env.str("LOOPWRIGHT_LOG_LEVEL", default="INFO"),
+)

@@ -4,8 +4,10 @@ dashboard at the root."""
 from django.urls import include, path
 
 from controlplane.api.errors import api_not_found, api_server_error
+from controlplane.observability.views import metrics
 
 urlpatterns = [
+    path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
     path("", include("web.urls")),

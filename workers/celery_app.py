@@ -20,6 +20,8 @@ from django.conf import settings  # noqa: E402
 
 from controlplane.dispatch import DRAIN_TASK, broker_options, broker_url  # noqa: E402
 
+from .telemetry import watch_host  # noqa: E402
+
 app = Celery("loopwright-worker", broker=broker_url(settings.BROKER_URL))
 transport_options = broker_options(settings.BROKER_URL, settings.BROKER_DIR)
 if settings.BROKER_URL.startswith("filesystem"):
@@ -48,6 +50,12 @@ def runtime():
         from .runtime import WorkerRuntime, WorkerSettings
 
         _runtime = WorkerRuntime(WorkerSettings.from_env())
+        watch_host(_runtime)
+    return _runtime
+
+
+def current_runtime():
+    """The runtime if it has been created (the probes ask before the model has loaded)."""
     return _runtime
 
 

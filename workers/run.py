@@ -69,8 +69,16 @@ def main(argv: list[str] | None = None) -> None:
             else _listed("LOOPWRIGHT_WORKER_SECURITY_GROUPS")
         ),
     )
-    from .celery_app import app
+    from .celery_app import app, current_runtime
 
+    port = os.environ.get("LOOPWRIGHT_WORKER_METRICS_PORT")
+    if port:  # before the base model loads: a slow start is alive, not ready
+        from django.conf import settings
+
+        from .telemetry import serve
+
+        stale = max(60.0, 6 * settings.WORKER_LEASE_SECONDS)
+        serve(int(port), current_runtime, stale_after=stale)
     app.worker_main(
         [
             "worker",

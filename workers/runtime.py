@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
 import torch
 from django.conf import settings as django_settings
 from django.db import DatabaseError, close_old_connections
@@ -43,6 +44,7 @@ from .executor import Outcome, SamplerAdapters, classify, run_samples, run_train
 from .recovery import ReplayDiverged, restore_model
 from .sealing import Vault
 from .snapshots import Snapshots
+from .telemetry import operation_recorded
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
@@ -155,6 +157,7 @@ class WorkerRuntime:
         self._restore_failures: dict[str, int] = {}
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
+        self._renewed_at = self._beat_at = time.monotonic()  # for the probes (telemetry)
         self._register()
         self.wake: WakeListener | None = None
         if heartbeat:
@@ -190,6 +193,7 @@ class WorkerRuntime:
         )
         self.worker = reg.worker
         self.fence = fleet.Fence(reg.worker.pk, reg.generation)
+        self._renewed_at = time.monotonic()
         self._fenced.clear()
         self._place_waiting()
 
@@ -217,7 +221,18 @@ class WorkerRuntime:
             except Exception:  # a database hiccup must not kill the heartbeat
                 log.exception("heartbeat failed")
             finally:
+                self._beat_at = time.monotonic()
                 close_old_connections()
+
+    def lease_held(self) -> bool:
+        """Whether this worker takes work now: its lease renewed within its length, not taken
+        away, not stopping (the readiness probe)."""
+        fresh = time.monotonic() - self._renewed_at < django_settings.WORKER_LEASE_SECONDS
+        return fresh and not self._fenced.is_set() and not self._stop.is_set()
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the heartbeat thread last finished a beat (the liveness probe)."""
+        return time.monotonic() - self._beat_at
 
     def _place_waiting(self) -> None:
         base_model = self.settings.base_model
@@ -230,6 +245,7 @@ class WorkerRuntime:
         """One heartbeat: renew the lease (or, fenced, start over); declare dead any worker
         silent past its lease; take waiting models (room may have freed); record seq_ids that
         never arrived; give a lost nudge or a snapshot due by time another look."""
+        started = time.monotonic()
         if not fleet.worker_renew(worker_id=self.fence.worker_id, generation=self.fence.generation):
             self._fenced.set()
             if self._drain_lock.acquire(blocking=False):
@@ -238,6 +254,7 @@ class WorkerRuntime:
                 finally:
                     self._drain_lock.release()
             return
+        self._renewed_at = started  # renewed as of the moment it was asked
         failover.workers_declare_dead(by=f"worker {self.name}")
         if self._unrecorded and self._drain_lock.acquire(blocking=False):
             try:  # the database answers again: what it could not record runs again
@@ -325,8 +342,9 @@ class WorkerRuntime:
         progressed = 0
         served: list[str] = []
         while op := execution.claim_next_training(fence=self.fence, skip=served):
-            outcome = self._training(op)
-            waiting = self._finish(op, outcome)
+            with structlog.contextvars.bound_contextvars(operation_id=op.pk, kind=op.kind):
+                outcome = self._training(op)
+                waiting = self._finish(op, outcome)
             served.append(op.model_id)
             if outcome.retry:  # not progress: a later pass (the heartbeat's look) tries again
                 continue
@@ -337,7 +355,9 @@ class WorkerRuntime:
                 return progressed, True
         claimed = execution.claim_samples(fence=self.fence, limit=SAMPLE_BATCH)
         if claimed:
-            ran = self._samples(claimed)
+            ids = [op.pk for op in claimed]
+            with structlog.contextvars.bound_contextvars(operation_ids=ids, kind="sample"):
+                ran = self._samples(claimed)
             progressed += ran
             if ran and not self._waiting():
                 return progressed, True
@@ -472,13 +492,16 @@ class WorkerRuntime:
         try:
             if outcome.retry:  # not run: pending again, for a later pass
                 execution.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
+                operation_recorded(op, "retried")
                 return None
             if outcome.ok:
                 waiting = execution.complete(op, outcome.result or {}, self.fence)
+                operation_recorded(op, "done")
                 # after the commit: a snapshot never holds a state the database has not
                 self.snapshots.ran(op, outcome.result or {}, self.fence)
                 return waiting
             execution.fail(op, outcome.error or "failed", outcome.category, self.fence)
+            operation_recorded(op, "failed")
             return None
         except execution.ClaimLost:
             # The database lost the claim (it crashed before the claim reached its disk): the

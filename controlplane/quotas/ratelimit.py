@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from controlplane.errors import Throttled
+from controlplane.observability.metrics import QUOTA_REFUSALS
 from controlplane.tenants.models import Tenant
 
 from .limits import limits_for
@@ -30,6 +31,7 @@ def request_rate_check(*, tenant: Tenant, now: float | None = None) -> None:
     count = _hit(tenant, minute)
     if count is not None and count > limit:
         wait = max(1, math.ceil((minute + 1) * WINDOW_SECONDS - now))
+        QUOTA_REFUSALS.labels("requests_per_minute").inc()
         raise Throttled(
             f"account {tenant.account_id} is over its limit of {limit} requests per minute; "
             f"the window resets in {wait} seconds",

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.errors import DomainError, QuotaExceeded
+from controlplane.observability.metrics import QUOTA_REFUSALS
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Session
 
@@ -64,6 +65,7 @@ def session_slot_claim(*, tenant: Tenant) -> None:
     limit = limits_for(tenant).concurrent_sessions
     live = Session.objects.filter(tenant_id=tenant.pk, state__in=Session.LIVE_STATES).count()
     if live >= limit:
+        QUOTA_REFUSALS.labels("concurrent_sessions").inc()
         raise QuotaExceeded(
             f"account {tenant.account_id} has {live} live sessions (pending or active), its limit "
             f"of {limit} concurrent sessions; stop() a session (POST /api/v1/sessions/<id>/stop) "

@@ -50,6 +50,7 @@ class Stack:
         self.workers = workers or {self.worker_name: []}
         self.db_name = f"lw_e2e_{secrets.token_hex(4)}"
         self.ready_model = ready_model  # up once a worker serves it
+        self.worker_loglevel = "WARNING"
         self.procs: list[subprocess.Popen] = []
         self.worker_procs: dict[str, subprocess.Popen] = {}
         self.http_proc: subprocess.Popen | None = None
@@ -138,7 +139,7 @@ class Stack:
                 TINY,
                 *self.workers[name],
                 "--loglevel",
-                "WARNING",
+                self.worker_loglevel,
             ],
         )
         self.worker_procs[name] = proc

@@ -1,0 +1,1 @@
+"""Metrics (Prometheus) and structured logs (structlog) for every Loopwright process."""
