@@ -155,9 +155,21 @@ class SessionForm(forms.Form):
         except ValidationError as exc:
             raise wire_error(exc) from None
         lora = {"rank": data["rank"].strip() or 32, "alpha": data["alpha"].strip() or None}
+        lora_checked(_numbers(lora))  # as create_model does, with its words, before the types'
         try:
             config = LoraConfig.model_validate(lora)
         except ValidationError as exc:
             raise wire_error(exc, "lora_config.") from None
-        lora_checked(config.model_dump(mode="json", exclude={"type"}))  # as create_model does
         return request, config, data["base_model"]
+
+
+def _numbers(lora: dict) -> dict:
+    """The form's rank and alpha as numbers where they read as numbers (else left as typed, for
+    the wire type to name what is wrong)."""
+    out = dict(lora)
+    for key, kind in (("rank", int), ("alpha", float)):
+        try:
+            out[key] = kind(lora[key]) if lora[key] is not None else None
+        except (TypeError, ValueError):
+            out.pop(key)
+    return out

@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from django.http import HttpRequest, HttpResponse
+from pydantic import ValidationError
 
 from .models import AuditEvent
 
@@ -52,7 +53,12 @@ def note_failure(detail: str) -> None:
 
 
 def error_text(exc: BaseException) -> str:
-    """An exception as the audit log says it."""
+    """An exception as the audit log says it (a refused request: the field and what is wrong)."""
+    if isinstance(exc, ValidationError) and exc.error_count():
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        text = f"{where}: {first.get('msg', 'invalid')}" if where else first.get("msg", "")
+        return text[:MAX_ERROR]
     detail = getattr(exc, "detail", None)
     text = str(detail) if detail else (str(exc).splitlines() or [""])[0]
     return (text or type(exc).__name__)[:MAX_ERROR]
