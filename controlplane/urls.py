@@ -3,7 +3,7 @@ dashboard at the root."""
 
 from django.urls import include, path
 
-from controlplane.api.errors import api_not_found, api_server_error
+from controlplane.edge.errors import api_not_found, api_server_error
 from controlplane.observability.views import metrics
 
 urlpatterns = [

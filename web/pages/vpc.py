@@ -15,13 +15,14 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.audit.services import audit_operator
+from controlplane.edge.callers import allow, may
 from controlplane.errors import AccessDenied
 from controlplane.tenants import services
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions import selectors as sessions
 
-from ..context import allow, may, page
 from ..formkit import Form, submit
+from ..login_required import page
 
 RECENT_SESSIONS = 200  # how far back "which sessions use it" looks
 
