@@ -8,7 +8,7 @@ from datetime import UTC, date, datetime
 
 from controlplane.errors import BudgetExhausted
 from controlplane.metering.selectors import month_tokens
-from controlplane.observability.metrics import QUOTA_REFUSALS
+from controlplane.metrics import QUOTA_REFUSALS
 from controlplane.tenants.models import Tenant
 
 from .limits import limits_for

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.errors import DomainError, QuotaExceeded
-from controlplane.observability.metrics import QUOTA_REFUSALS
+from controlplane.metrics import QUOTA_REFUSALS
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Session
 
