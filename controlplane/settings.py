@@ -130,7 +130,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-# The OpenAPI document of /api/v1 and /v1 (controlplane/api/openapi.py), at /api/v1/schema
+# The OpenAPI document of /api/v1 and /v1 (controlplane/openapi.py), at /api/v1/schema
 SPECTACULAR_SETTINGS = {
     "TITLE": "Loopwright API",
     "DESCRIPTION": (
