@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "controlplane.metering",
     "controlplane.quotas",
     "controlplane.billing",
+    "controlplane.housekeeping",
     "controlplane.api",
     "web",
 ]

@@ -13,8 +13,8 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from controlplane.api.errors import field_path
-from controlplane.fleet.janitor import sweep
 from controlplane.fleet.models import Worker
+from controlplane.housekeeping.janitor import sweep
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Operation, SamplingSession, Session, TrainingModel
 from controlplane.training_sessions.services import submit
