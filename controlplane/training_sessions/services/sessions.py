@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
+from controlplane.errors import DomainError
 from controlplane.kms import services as kms
 from controlplane.quotas.services import session_slot_claim
 from controlplane.registry.services import session_group_checked
@@ -16,7 +17,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import storage_location_owned, subnets_not_owned
 from loopwright.types import VpcConfig
 
-from ..errors import Gone, SessionError
+from ..errors import Gone
 from ..models import Session, TrainingModel
 from ..selectors import session_get
 from .storage import s3_output_path_checked
@@ -46,7 +47,7 @@ def session_create(
     if "s3_output_path" in platform:  # where its checkpoints go (else the local storage)
         platform["s3_output_path"] = s3_output_path_checked(platform["s3_output_path"])
         if not storage_location_owned(tenant=tenant, uri=platform["s3_output_path"]):
-            raise SessionError(
+            raise DomainError(
                 f"s3_output_path: {platform['s3_output_path']} is not inside a storage location "
                 "of this account (operators add them with manage.py storage_locations)",
                 field="s3_output_path",
@@ -75,7 +76,7 @@ def _require_own_subnets(tenant: Tenant, subnets: list[str]) -> None:
     foreign = subnets_not_owned(tenant=tenant, subnet_ids=subnets)
     if foreign:
         i = foreign[0]
-        raise SessionError(
+        raise DomainError(
             f"vpc_config.subnets[{i}]: {subnets[i]} is not registered to this account "
             "(operators register a tenant's subnets with manage.py vpc_subnets)",
             field=f"vpc_config.subnets[{i}]",
@@ -91,7 +92,7 @@ def vpc_config_checked(value) -> dict:
         first = exc.errors()[0]
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
         message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise SessionError(f"vpc_config{path}: {message}", field=f"vpc_config{path}") from None
+        raise DomainError(f"vpc_config{path}: {message}", field=f"vpc_config{path}") from None
 
 
 def session_heartbeat(*, tenant: Tenant, session_id: str) -> Session:
