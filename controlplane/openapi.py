@@ -106,7 +106,7 @@ class PydanticRequests(OpenApiSerializerExtension):
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "controlplane.tenants.auth.ApiKeyAuthentication"
+    target_class = "controlplane.iam.authentication.ApiKeyAuthentication"
     name = ["ApiKey", "Bearer"]
 
     def get_security_definition(self, auto_schema):
@@ -117,7 +117,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class LoginScheme(OpenApiAuthenticationExtension):
-    target_class = "controlplane.tenants.auth.LoginSessionAuthentication"
+    target_class = "controlplane.iam.authentication.LoginSessionAuthentication"
     name = "Login"
 
     def get_security_definition(self, auto_schema):

@@ -119,8 +119,8 @@ TIME_ZONE = "UTC"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "controlplane.tenants.auth.ApiKeyAuthentication",
-        "controlplane.tenants.auth.LoginSessionAuthentication",
+        "controlplane.iam.authentication.ApiKeyAuthentication",
+        "controlplane.iam.authentication.LoginSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
