@@ -11,12 +11,12 @@ from django.utils import timezone
 from controlplane.errors import DomainError
 from controlplane.iam.sessions import session_may
 from controlplane.kms import services as kms
-from controlplane.registry.selectors import save_group_arn
 from controlplane.storage import join_uri, location
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict
 from ..models import Checkpoint, Session, TrainingModel
+from ..save_groups import save_group_arn
 from ..selectors import checkpoint_by_path
 from .storage import storage_root
 

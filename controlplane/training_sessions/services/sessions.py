@@ -9,16 +9,17 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
-from controlplane.errors import DomainError
+from controlplane.errors import DomainError, QuotaExceeded
 from controlplane.kms import services as kms
-from controlplane.quotas.services import session_slot_claim
-from controlplane.registry.services import session_group_checked
+from controlplane.metrics import QUOTA_REFUSALS
+from controlplane.quotas.limits import limits_for
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import storage_location_owned, subnets_not_owned
 from loopwright.types import VpcConfig
 
 from ..errors import Gone
 from ..models import Session, TrainingModel
+from ..save_groups import session_group_checked
 from ..selectors import session_get
 from .storage import s3_output_path_checked
 
@@ -69,6 +70,27 @@ def session_create(
         platform=platform,
         last_heartbeat_at=timezone.now(),
     )
+
+
+def session_slot_claim(*, tenant: Tenant) -> None:
+    """Refuse a new session while the tenant's live (pending or active) sessions fill its quota.
+
+    Call inside the transaction that creates the session: the tenant's row stays locked until it
+    commits, so parallel creations are counted one after another and never overshoot.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("session_slot_claim must run inside the creating transaction")
+    Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
+    limit = limits_for(tenant).concurrent_sessions
+    live = Session.objects.filter(tenant_id=tenant.pk, state__in=Session.LIVE_STATES).count()
+    if live >= limit:
+        QUOTA_REFUSALS.labels("concurrent_sessions").inc()
+        raise QuotaExceeded(
+            f"account {tenant.account_id} has {live} live sessions (pending or active), its limit "
+            f"of {limit} concurrent sessions; stop() a session (POST /api/v1/sessions/<id>/stop) "
+            "or wait until an idle one expires "
+            f"({settings.SESSION_IDLE_TIMEOUT_SECONDS} seconds without a heartbeat)"
+        )
 
 
 def _require_own_subnets(tenant: Tenant, subnets: list[str]) -> None:

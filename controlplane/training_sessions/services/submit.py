@@ -21,7 +21,7 @@ from controlplane.errors import DomainError as SessionError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
-from controlplane.quotas.budget import token_budget_check
+from controlplane.metering.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 
 from ..errors import Conflict, NotActive, NotFound, Unavailable
