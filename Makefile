@@ -55,9 +55,10 @@ fuzz: setup ## schemathesis against a live stack from its OpenAPI document (FUZZ
 openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.json
 	$(BIN)/python manage.py spectacular --format openapi-json --file openapi.json --validate --fail-on-warn
 
-lint: setup
+lint: setup ## ruff, the import layers (.importlinter), the Dockerfiles and the compose file
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/hadolint infra/images/*.Dockerfile
 	$(BIN)/check-jsonschema --builtin-schema vendor.compose-spec infra/compose.yaml
 
@@ -90,4 +91,4 @@ bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd pr
 	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench
 
 clean:
-	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

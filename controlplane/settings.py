@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "controlplane.metering",
     "controlplane.quotas",
     "controlplane.billing",
+    "controlplane.housekeeping",
     "controlplane.api",
     "web",
 ]
@@ -118,8 +119,8 @@ TIME_ZONE = "UTC"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "controlplane.tenants.auth.ApiKeyAuthentication",
-        "controlplane.tenants.auth.LoginSessionAuthentication",
+        "controlplane.iam.authentication.ApiKeyAuthentication",
+        "controlplane.iam.authentication.LoginSessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
@@ -130,7 +131,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
-# The OpenAPI document of /api/v1 and /v1 (controlplane/api/openapi.py), at /api/v1/schema
+# The OpenAPI document of /api/v1 and /v1 (controlplane/openapi.py), at /api/v1/schema
 SPECTACULAR_SETTINGS = {
     "TITLE": "Loopwright API",
     "DESCRIPTION": (

@@ -8,7 +8,7 @@ from celery import shared_task
 @shared_task(name="loopwright.housekeeping.sweep")
 def sweep() -> None:
     """Expire idle sessions and old checkpoints, place waiting models, prune old rows."""
-    from controlplane.fleet.janitor import sweep as run
+    from controlplane.housekeeping.janitor import sweep as run
 
     run(push_billing=False)  # the push has its own schedule
 

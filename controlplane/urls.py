@@ -3,6 +3,7 @@ dashboard at the root."""
 
 from django.urls import include, path
 
+from controlplane import openapi
 from controlplane.edge.errors import api_not_found, api_server_error
 from controlplane.observability.views import metrics
 
@@ -12,6 +13,7 @@ urlpatterns = [
     path("v1/", include("controlplane.openai_api.urls")),
     path("", include("web.urls")),
 ]
+openapi.document_all()  # every route of /api/v1 and /v1 described in the OpenAPI document
 
 # Under /api/v1/ and /v1/ a path that matches no route (and a crash outside any view) is answered
 # in the API's own error shape; elsewhere, the dashboard's pages.

@@ -17,8 +17,8 @@ from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from controlplane import metrics
 from controlplane.metering.services import operation_usage
-from controlplane.observability import metrics
 
 log = logging.getLogger("loopwright.worker")
 

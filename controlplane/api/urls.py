@@ -3,7 +3,6 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView
 
-from . import openapi
 from .apis import (
     audit,
     auth,
@@ -106,5 +105,3 @@ urlpatterns = [
     path("registry/model-packages/download", registry.download_by_path),
     path("registry/signed-downloads/<str:token>", models.signed_download),
 ]
-
-openapi.document_all()  # every route above described in the OpenAPI document

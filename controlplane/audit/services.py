@@ -106,27 +106,6 @@ def audited_transaction() -> Iterator[None]:
             _held.reset(token)
 
 
-def audit_own_account(*, user, action: str, reason: str, source_ip: str | None = None) -> None:
-    """Something a person did to their own login (signed in, changed their password): one
-    event in each account they belong to, since each account's auditors should see it."""
-    from controlplane.iam.resources import user_arn
-    from controlplane.tenants.models import Membership
-
-    for membership in Membership.objects.select_related("tenant").filter(user=user):
-        arn = user_arn(membership.tenant, user.get_username())
-        audit_record(
-            tenant=membership.tenant,
-            principal=arn,
-            action=action,
-            resource=arn,
-            allowed=True,
-            effect="Self",
-            mutating=action != "auth:Login",
-            reason=reason,
-            source_ip=source_ip,
-        )
-
-
 def audit_prune(*, now=None) -> int:
     """Delete events older than ``AUDIT_RETENTION_DAYS``; returns how many went."""
     cutoff = (now or timezone.now()) - timedelta(days=settings.AUDIT_RETENTION_DAYS)

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, DateTimeField, Exists, ExpressionWrapper
+from django.db.models import DateTimeField, Exists, ExpressionWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -209,53 +209,6 @@ def live_workers():
 def expired_workers():
     """Workers still marked active whose lease has run out: dead until they say otherwise."""
     return Worker.objects.filter(state=Worker.State.ACTIVE, lease_expires_at__lt=lease_now())
-
-
-def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
-    """The live worker serving ``base_model`` on ``network`` with the most free room.
-
-    Runs inside the caller's transaction; the worker rows are locked so two placements cannot
-    both take a last slot. Raises NoWorkerAvailable with the reason none will do.
-    """
-    from controlplane.training_sessions.models import TrainingModel
-
-    network = network or Network()
-    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
-    if not serving:
-        raise NoWorkerAvailable(
-            base_model,
-            f"waiting for a worker that serves {base_model}: none is live",
-            cause=NoWorkerAvailable.NO_WORKER,
-        )
-    wanted = network.wanted()
-    fitting = [w for w in serving if network.admits(w)]
-    if not fitting:
-        serve = _n(len(serving), "worker serves", "workers serve")
-        raise NoWorkerAvailable(
-            base_model,
-            f"waiting for {wanted}: {serve} {base_model}, {network.mismatch(serving)}",
-            cause=NoWorkerAvailable.NETWORK,
-        )
-    # Lock them all in one order (by id), so concurrent placements never wait on each other in
-    # a cycle; then the one with the most room wins.
-    locked = list(
-        Worker.objects.select_for_update().filter(pk__in=[w.pk for w in fitting]).order_by("pk")
-    )
-    loads = dict(
-        TrainingModel.objects.filter(worker__in=locked, state__in=TrainingModel.LIVE_STATES)
-        .values_list("worker")
-        .annotate(n=Count("id"))
-    )
-    with_room = [w for w in locked if loads.get(w.pk, 0) < w.capacity]
-    if with_room:
-        return min(with_room, key=lambda w: (loads.get(w.pk, 0), w.name))
-    full = "it is full" if len(fitting) == 1 else "all are full"
-    raise NoWorkerAvailable(
-        base_model,
-        f"waiting for a free slot on {wanted}: {_n(len(fitting), 'serves', 'serve')} "
-        f"{base_model}, {full}",
-        cause=NoWorkerAvailable.CAPACITY,
-    )
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,3 @@
-"""Identity and access management: ARNs, the action catalogue, policy documents and evaluation."""
+"""Identity and access management: who is calling (API-key and login authentication, principals),
+what they may do (ARNs, the action catalogue, policy documents and evaluation, each decision
+audited), and the operator commands that provision accounts."""

@@ -8,30 +8,24 @@ class IamConfig(AppConfig):
 
     def ready(self) -> None:
         from django.contrib.auth import get_user_model
-        from django.core.signals import setting_changed
         from django.db.models.signals import post_delete, post_save
 
-        from controlplane.quotas.models import TenantQuota
+        from controlplane import process_cache
         from controlplane.tenants.models import ApiKey, Membership, Tenant
+        from controlplane.tenants.signals import own_login_event
 
-        from . import credential_cache
         from .models import Role, RolePolicy, UserPolicy
+        from .own_logins import audit_own_account
 
-        # What an API key resolves to, and a tenant's limits, depend on these rows: any change
-        # empties the cache.
-        models = (ApiKey, Membership, Tenant, get_user_model(), Role, RolePolicy, UserPolicy)
-        for model in (*models, TenantQuota):
+        own_login_event.connect(audit_own_account, dispatch_uid="iam-own-login-audit")
+
+        # What an API key resolves to depends on these rows: any change empties the caches.
+        for model in (ApiKey, Membership, Tenant, get_user_model(), Role, RolePolicy, UserPolicy):
             post_save.connect(
-                credential_cache.changed, sender=model, dispatch_uid=f"iam-cache-{model.__name__}"
+                process_cache.changed, sender=model, dispatch_uid=f"iam-cache-{model.__name__}"
             )
             post_delete.connect(
-                credential_cache.changed,
+                process_cache.changed,
                 sender=model,
                 dispatch_uid=f"iam-cache-del-{model.__name__}",
             )
-        # Default limits come from settings; a changed setting (in tests) must be seen too.
-        setting_changed.connect(
-            lambda **_: credential_cache.cache.clear(),
-            weak=False,
-            dispatch_uid="iam-cache-settings",
-        )

@@ -10,7 +10,7 @@ import time
 
 import structlog
 
-from . import metrics
+from controlplane import metrics
 
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})

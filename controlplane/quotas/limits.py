@@ -6,9 +6,14 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from controlplane import process_cache
 from controlplane.tenants.models import Tenant
 
 from .models import TenantQuota
+
+# A tenant's limits, per tenant, kept as ``process_cache`` says (``QuotasConfig.ready`` connects
+# the rows they come from).
+_cache = process_cache.ProcessCache()
 
 
 @dataclass(frozen=True)
@@ -19,15 +24,13 @@ class Limits:
 
 
 def limits_for(tenant: Tenant) -> Limits:
-    from controlplane.iam import credential_cache
-
-    if not credential_cache.usable():
+    if not process_cache.usable():
         return _limits_read(tenant)
-    found = credential_cache.cache.limits_get(tenant.pk)
+    found = _cache.get(tenant.pk)
     if found is None:
-        generation = credential_cache.cache.generation
+        generation = _cache.generation
         found = _limits_read(tenant)
-        credential_cache.cache.limits_put(tenant.pk, generation, found)
+        _cache.put(tenant.pk, generation, found)
     return found
 
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from controlplane.errors import Throttled
-from controlplane.observability.metrics import QUOTA_REFUSALS
+from controlplane.metrics import QUOTA_REFUSALS
 from controlplane.tenants.models import Tenant
 
 from .limits import limits_for

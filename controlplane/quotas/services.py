@@ -1,16 +1,12 @@
-"""Quota writes and the concurrent-session check made inside session creation."""
+"""Quota writes (the checks against the limits live with what they count: session slots in
+``training_sessions``, the token budget in ``metering``, the request rate in ``ratelimit``)."""
 
 from __future__ import annotations
 
 import enum
 
-from django.conf import settings
-from django.db import transaction
-
-from controlplane.errors import DomainError, QuotaExceeded
-from controlplane.observability.metrics import QUOTA_REFUSALS
+from controlplane.errors import DomainError
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions.models import Session
 
 from .limits import Limits, limits_for
 from .models import TenantQuota
@@ -51,24 +47,3 @@ def quota_set(
     if changes:
         TenantQuota.objects.update_or_create(tenant=tenant, defaults=changes)
     return limits_for(tenant)
-
-
-def session_slot_claim(*, tenant: Tenant) -> None:
-    """Refuse a new session while the tenant's live (pending or active) sessions fill its quota.
-
-    Call inside the transaction that creates the session: the tenant's row stays locked until it
-    commits, so parallel creations are counted one after another and never overshoot.
-    """
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("session_slot_claim must run inside the creating transaction")
-    Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
-    limit = limits_for(tenant).concurrent_sessions
-    live = Session.objects.filter(tenant_id=tenant.pk, state__in=Session.LIVE_STATES).count()
-    if live >= limit:
-        QUOTA_REFUSALS.labels("concurrent_sessions").inc()
-        raise QuotaExceeded(
-            f"account {tenant.account_id} has {live} live sessions (pending or active), its limit "
-            f"of {limit} concurrent sessions; stop() a session (POST /api/v1/sessions/<id>/stop) "
-            "or wait until an idle one expires "
-            f"({settings.SESSION_IDLE_TIMEOUT_SECONDS} seconds without a heartbeat)"
-        )

@@ -32,13 +32,13 @@ from controlplane.storage import location, manifest_digest
 from controlplane.storage.base import folder_files
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Session, TrainingModel, new_id
+from controlplane.training_sessions.save_groups import save_group_name
 from controlplane.training_sessions.selectors import checkpoint_by_path, session_get
 from controlplane.training_sessions.services.checkpoint_plans import checkpoint_location
 from controlplane.training_sessions.services.storage import storage_at
 
 from . import downloads
 from .models import ModelPackage
-from .selectors import save_group_name
 from .services import package_create
 
 log = logging.getLogger("loopwright.registry")

@@ -3,53 +3,19 @@ tenant's look the same (NotFound naming the field)."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 
 from django.db.models import QuerySet
 
 from controlplane.errors import NotFound
 from controlplane.iam.arns import Arn, ArnError
-from controlplane.iam.resources import model_package_group_arn
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions.models import Operation, TrainingModel
+from controlplane.training_sessions.models import Operation
+from controlplane.training_sessions.save_groups import valid_group_name
 
 from .models import ModelPackage, ModelPackageGroup
 
-NAME_MAX = 63
-NAME_RE = re.compile(r"[A-Za-z0-9](-*[A-Za-z0-9]){0,62}")
-NAME_RULE = (
-    "1–63 letters, digits and hyphens, starting and ending with a letter or digit "
-    "([A-Za-z0-9](-*[A-Za-z0-9]){0,62})"
-)
-GROUP_ARN_FORMAT = "arn:loopwright:registry::<account>:model-package-group/<name>"
 PACKAGE_ARN_FORMAT = "arn:loopwright:registry::<account>:model-package/<group>/<version>"
-
-
-def valid_group_name(name: object) -> bool:
-    return isinstance(name, str) and len(name) <= NAME_MAX and NAME_RE.fullmatch(name) is not None
-
-
-def default_group_name(model_id: str) -> str:
-    """The group of a training run whose session names none: ``run-<model id>``."""
-    name = re.sub(r"[^A-Za-z0-9]+", "-", f"run-{model_id}").strip("-")[:NAME_MAX].rstrip("-")
-    return name or "run"
-
-
-def save_group_name(platform: dict, model_id: str) -> str:
-    """The group a model's saves are registered into: the session's, else the run's own."""
-    arn = (platform or {}).get("model_package_group_arn")
-    try:
-        parsed = Arn.parse(arn) if isinstance(arn, str) and arn else None
-    except ArnError:  # checked when the session was created; older sessions were not
-        parsed = None
-    if parsed is not None and valid_group_name(parsed.resource_id):
-        return parsed.resource_id
-    return default_group_name(model_id)
-
-
-def save_group_arn(model: TrainingModel) -> str:
-    return model_package_group_arn(model.tenant, save_group_name(model.session.platform, model.id))
 
 
 # -- groups ------------------------------------------------------------------------------------

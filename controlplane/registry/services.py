@@ -11,24 +11,19 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from controlplane.errors import Conflict, DomainError, NotFound
-from controlplane.iam.arns import Arn, ArnError
+from controlplane.errors import Conflict, DomainError
 from controlplane.iam.resources import model_package_arn, session_arn
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation
-
-from .models import ModelPackage, ModelPackageGroup
-from .selectors import (
-    GROUP_ARN_FORMAT,
+from controlplane.training_sessions.save_groups import (
     NAME_MAX,
     NAME_RULE,
-    group_get,
-    package_get,
-    package_loaded_from,
     save_group_name,
-    training_metrics,
     valid_group_name,
 )
+
+from .models import ModelPackage, ModelPackageGroup
+from .selectors import group_get, package_get, package_loaded_from, training_metrics
 
 log = logging.getLogger("loopwright.registry")
 
@@ -96,28 +91,6 @@ def tags_checked(value: object) -> list[dict[str, str]]:
         seen.add(key)
         tags.append({"key": key, "value": text})
     return tags
-
-
-def session_group_checked(
-    *, tenant: Tenant, arn: object, field: str = "model_package_group_arn"
-) -> str:
-    """A session's group ARN, as stored: a registry group of the caller's own account (400 if
-    it is no such ARN, 404 if it names another account). The group is made on first use."""
-    if not isinstance(arn, str) or len(arn) > 300:
-        raise DomainError(f"{field}: an ARN of at most 300 characters", field=field)
-    try:
-        parsed = Arn.parse(arn)
-    except ArnError as exc:
-        raise DomainError(f"{field}: {exc} (expected {GROUP_ARN_FORMAT})", field=field) from None
-    if parsed.service != "registry" or parsed.resource_type != "model-package-group":
-        raise DomainError(
-            f"{field}: not a model package group ARN (expected {GROUP_ARN_FORMAT})", field=field
-        )
-    if not valid_group_name(parsed.resource_id):
-        raise DomainError(f"{field}: the group name must be {NAME_RULE}", field=field)
-    if parsed.account != tenant.account_id:
-        raise NotFound(f"{field}: no model package group {arn!r} in this account", field=field)
-    return str(parsed)
 
 
 # -- groups ------------------------------------------------------------------------------------

@@ -1,1 +1,2 @@
-"""Tenants and their API keys."""
+"""Tenants, their members, invitations, API keys, subnets and storage locations (the lowest app:
+it imports none of the others and announces what they record through ``signals``)."""

@@ -12,6 +12,7 @@ from django.utils import timezone
 from controlplane.errors import DomainError, Throttled, Unauthenticated
 
 from .models import LoginFailure
+from .signals import own_login_event
 
 
 def login_check(*, email: str, password: str, source_ip: str | None):
@@ -40,10 +41,12 @@ def login_check(*, email: str, password: str, source_ip: str | None):
         LoginFailure.objects.create(email=email, source_ip=source_ip)
         raise Unauthenticated("email or password is wrong", field="password")
     by_email.delete()
-    from controlplane.audit.services import audit_own_account
-
-    audit_own_account(
-        user=user, action="auth:Login", reason="signed in with a password", source_ip=source_ip
+    own_login_event.send(
+        sender=login_check,
+        user=user,
+        action="auth:Login",
+        reason="signed in with a password",
+        source_ip=source_ip,
     )
     return user
 

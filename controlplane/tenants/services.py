@@ -18,6 +18,7 @@ from django.utils import timezone
 from controlplane.errors import Conflict, DomainError, NotFound
 
 from .models import ApiKey, Invitation, Membership, StorageLocation, Subnet, Tenant
+from .signals import own_login_event
 
 KEY_PREFIX = "tml-"  # the official tinker SDK only accepts keys that start with it
 MAX_KEY_DAYS = 3650
@@ -63,14 +64,13 @@ def _clean_name(name: str, field: str, limit: int = 200) -> str:
 def password_change(*, user, old_password: str, new_password: str, source_ip=None) -> None:
     """A person changes their own password: the old one must match, the new one pass the
     password rules; recorded in the audit log of every account they belong to."""
-    from controlplane.audit.services import audit_own_account
-
     if not user.check_password(old_password or ""):
         raise DomainError("old_password: this is not your current password", field="old_password")
     _check_password(new_password, user)
     user.set_password(new_password)
     user.save(update_fields=["password"])
-    audit_own_account(
+    own_login_event.send(
+        sender=password_change,
         user=user,
         action="auth:ChangePassword",
         reason="changed their own password",

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from controlplane.errors import Conflict, DomainError, NotFound
 
-SessionError = DomainError  # every domain error refuses a training request the same way
-
-__all__ = ["Conflict", "Gone", "NotActive", "NotFound", "SessionError", "Unavailable"]
+__all__ = ["Conflict", "Gone", "NotActive", "NotFound", "Unavailable"]
 
 
 class NotActive(DomainError):

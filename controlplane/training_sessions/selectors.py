@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from django.db.models import Max
 
 from controlplane.tenants.models import Tenant
 
 from .errors import NotFound
 from .models import Checkpoint, Operation, Recovery, SamplingSession, Session, TrainingModel
+
+
+class VersionPath(Protocol):
+    def __call__(self, *, tenant: Tenant, arn: str, field: str) -> str: ...
+
+
+_version_path: VersionPath | None = None
+
+
+def version_paths_from(resolve: VersionPath) -> None:
+    """Where ``checkpoint_by_path`` learns the ``tinker://`` path of the checkpoint a model
+    package version ARN holds: the registry keeps the versions (above this app) and hands its
+    resolver over when it is ready (``RegistryConfig.ready``)."""
+    global _version_path
+    _version_path = resolve
 
 
 def session_get(*, tenant: Tenant, session_id: str) -> Session:
@@ -105,9 +122,8 @@ def operation_queue_state(op: Operation) -> tuple[str, str | None]:
 def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
     """The checkpoint at a ``tinker://`` path, or the one a model package version ARN holds."""
     if tinker_path.startswith("arn:"):
-        from controlplane.registry.selectors import package_checkpoint_path
-
-        tinker_path = package_checkpoint_path(tenant=tenant, arn=tinker_path, field=field)
+        assert _version_path is not None, "the registry app resolves version ARNs"
+        tinker_path = _version_path(tenant=tenant, arn=tinker_path, field=field)
     try:
         return Checkpoint.objects.select_related("model").get(
             tenant=tenant, tinker_path=tinker_path

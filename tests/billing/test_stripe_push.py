@@ -15,7 +15,7 @@ from controlplane.billing.models import MeterEventBatch, StripeCustomer
 from controlplane.billing.reconciliation import billing_reconcile
 from controlplane.billing.services import billing_push
 from controlplane.billing.windows import event_identifier, window_floor
-from controlplane.fleet.janitor import sweep
+from controlplane.housekeeping.janitor import sweep
 from controlplane.metering.models import UsageRecord
 
 pytestmark = pytest.mark.django_db

@@ -165,7 +165,7 @@ def test_catalog_endpoints(alice, runtime) -> None:
 def test_expired_checkpoints_are_deleted_with_their_files(alice, runtime) -> None:
     from pathlib import Path
 
-    from controlplane.fleet.janitor import sweep
+    from controlplane.housekeeping.janitor import sweep
     from controlplane.training_sessions.models import Checkpoint
 
     sid = open_session(alice)

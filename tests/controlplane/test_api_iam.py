@@ -341,7 +341,7 @@ def test_expired_keys_are_refused_and_old_audit_events_pruned(alice: Person, set
     from django.utils import timezone
 
     from controlplane.audit.models import AuditEvent
-    from controlplane.fleet.janitor import sweep
+    from controlplane.housekeeping.janitor import sweep
 
     r = alice.post("iam/api-keys", {"name": "short", "expires_in_days": 1})
     ApiKey.objects.filter(prefix=r.json()["prefix"]).update(

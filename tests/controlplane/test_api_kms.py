@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from controlplane.fleet.janitor import sweep
+from controlplane.housekeeping.janitor import sweep
 from controlplane.kms.models import KmsKey, KmsKeyVersion
 
 pytestmark = pytest.mark.django_db

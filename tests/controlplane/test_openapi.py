@@ -9,7 +9,7 @@ import re
 import pytest
 from pydantic import BaseModel
 
-from controlplane.api import openapi
+from controlplane import openapi
 from controlplane.api.urls import urlpatterns as api_routes
 from controlplane.openai_api.urls import urlpatterns as openai_routes
 

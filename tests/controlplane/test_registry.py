@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from controlplane.fleet.janitor import sweep
+from controlplane.housekeeping.janitor import sweep
 from controlplane.registry import services
 from controlplane.registry.models import ModelPackage
 from controlplane.training_sessions.models import Checkpoint, Session, TrainingModel

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from controlplane.fleet.janitor import sweep
+from controlplane.housekeeping.janitor import sweep
 from controlplane.kms import providers
 from controlplane.kms.envelope import is_sealed, open_file, read_header
 from controlplane.kms.models import KmsKey

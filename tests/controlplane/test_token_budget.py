@@ -13,9 +13,9 @@ from django.utils import timezone
 
 import loopwright
 from controlplane.errors import BudgetExhausted
+from controlplane.metering import budget
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
-from controlplane.quotas import budget
 from controlplane.training_sessions.models import Operation
 from loopwright._http import HTTPClient
 

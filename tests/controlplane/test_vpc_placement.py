@@ -13,9 +13,9 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from controlplane.edge.errors import field_path
-from controlplane.fleet.janitor import sweep
+from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
-from controlplane.training_sessions.errors import SessionError
+from controlplane.housekeeping.janitor import sweep
 from controlplane.training_sessions.models import Operation, SamplingSession, Session, TrainingModel
 from controlplane.training_sessions.services import submit
 from controlplane.training_sessions.services.sessions import session_create, sessions_expire_idle
@@ -131,7 +131,7 @@ def test_bad_vpc_config_is_a_400_naming_the_field(alice, vpc, field, words) -> N
     inner = field_path(raised.value.errors()[0]["loc"])
     assert (f"vpc_config.{inner}" if inner else "vpc_config") == field
     # and so does the service, whoever calls it
-    with pytest.raises(SessionError) as refused:
+    with pytest.raises(DomainError) as refused:
         session_create(tenant=alice.tenant, platform={"vpc_config": vpc})
     assert refused.value.field == field
 

@@ -8,9 +8,9 @@ from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
 from controlplane.edge.callers import allow, tenant_of
+from controlplane.errors import DomainError as SessionError
 from controlplane.iam.resources import sampler_arn
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.services import submit
 from controlplane.training_sessions.services.sample_options import sample_options
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest

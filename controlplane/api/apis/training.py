@@ -12,11 +12,11 @@ from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
 from controlplane.edge.callers import allow, tenant_of
+from controlplane.errors import DomainError as SessionError
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
-from controlplane.quotas.budget import budget_exhausted
+from controlplane.metering.budget import budget_exhausted
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
 from controlplane.training_sessions.services import (
     checkpoint_plans,

@@ -8,14 +8,15 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from controlplane.errors import DomainError
 from controlplane.iam.sessions import session_may
 from controlplane.kms import services as kms
-from controlplane.registry.selectors import save_group_arn
 from controlplane.storage import join_uri, location
 from controlplane.tenants.models import Tenant
 
-from ..errors import Conflict, SessionError
+from ..errors import Conflict
 from ..models import Checkpoint, Session, TrainingModel
+from ..save_groups import save_group_arn
 from ..selectors import checkpoint_by_path
 from .storage import storage_root
 
@@ -26,7 +27,7 @@ def checkpoint_name(name: str | None, fallback: str | None, prefix: str = "state
     """``name``, else ``fallback``, else ``<prefix>-<time>`` (a request without ``seq_id``)."""
     name = name or fallback or timezone.now().strftime(f"{prefix}-%Y%m%dT%H%M%S%f")
     if not NAME_RE.match(name):
-        raise SessionError(
+        raise DomainError(
             "must be 1–128 characters of letters, digits, '.', '_' or '-', starting with a letter or digit",
             field="path",
         )
@@ -105,13 +106,13 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
     def plan(model: TrainingModel) -> dict:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=path)
         if optimizer and ckpt.kind != Checkpoint.Kind.TRAINING:
-            raise SessionError(
+            raise DomainError(
                 f"{path} holds sampler weights without optimizer state; load training state "
                 "(saved with save_state) to resume with the optimizer",
                 field="path",
             )
         if ckpt.base_model != model.base_model:
-            raise SessionError(
+            raise DomainError(
                 f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}",
                 field="path",
             )

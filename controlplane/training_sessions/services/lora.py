@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import SessionError
+from controlplane.errors import DomainError
 
 # The engine's limit (workers.engine.host.HostConfig.max_lora_rank): a worker refuses larger.
 MAX_LORA_RANK = 128
@@ -16,7 +16,7 @@ DEFAULT_RANK = 32
 
 def _number(value: object, field: str, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SessionError(f"{field}: {what}", field=field)
+        raise DomainError(f"{field}: {what}", field=field)
     return float(value)
 
 
@@ -25,9 +25,9 @@ def lora_checked(lora: dict) -> dict:
     it, or a 400 naming the first field that no worker would accept."""
     rank = lora.get("rank", DEFAULT_RANK)
     if isinstance(rank, bool) or not isinstance(rank, int):
-        raise SessionError("lora_config.rank: a whole number", field="lora_config.rank")
+        raise DomainError("lora_config.rank: a whole number", field="lora_config.rank")
     if not 1 <= rank <= MAX_LORA_RANK:
-        raise SessionError(
+        raise DomainError(
             f"lora_config.rank: must be between 1 and {MAX_LORA_RANK}, got {rank}",
             field="lora_config.rank",
         )
@@ -35,7 +35,7 @@ def lora_checked(lora: dict) -> dict:
     if alpha is not None:
         number = _number(alpha, "lora_config.alpha", "a number")
         if not math.isfinite(number) or number <= 0:
-            raise SessionError(
+            raise DomainError(
                 f"lora_config.alpha: must be greater than 0, got {alpha}",
                 field="lora_config.alpha",
             )
@@ -43,11 +43,11 @@ def lora_checked(lora: dict) -> dict:
     if seed is not None and (
         isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
     ):
-        raise SessionError(
+        raise DomainError(
             f"lora_config.seed: a whole number from 0 to {MAX_SEED}", field="lora_config.seed"
         )
     if not any(lora.get(name, True) for name in ("train_attn", "train_mlp", "train_unembed")):
-        raise SessionError(
+        raise DomainError(
             "lora_config: train_attn, train_mlp and train_unembed are all off: the adapter "
             "would adapt nothing",
             field="lora_config",

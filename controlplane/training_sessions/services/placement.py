@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.fleet.models import Worker
-from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers, worker_place
+from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
 from .recovery import recovery_discard
@@ -26,6 +26,55 @@ WAITING_FOR = {
     NoWorkerAvailable.NETWORK: TrainingModel.Placement.WAITING_FOR_NETWORK,
     NoWorkerAvailable.CAPACITY: TrainingModel.Placement.WAITING_FOR_CAPACITY,
 }
+
+
+def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
+    """The live worker serving ``base_model`` on ``network`` with the most free room.
+
+    Runs inside the caller's transaction; the worker rows are locked so two placements cannot
+    both take a last slot. Raises NoWorkerAvailable with the reason none will do.
+    """
+    network = network or Network()
+    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    if not serving:
+        raise NoWorkerAvailable(
+            base_model,
+            f"waiting for a worker that serves {base_model}: none is live",
+            cause=NoWorkerAvailable.NO_WORKER,
+        )
+    wanted = network.wanted()
+    fitting = [w for w in serving if network.admits(w)]
+    if not fitting:
+        serve = _n(len(serving), "worker serves", "workers serve")
+        raise NoWorkerAvailable(
+            base_model,
+            f"waiting for {wanted}: {serve} {base_model}, {network.mismatch(serving)}",
+            cause=NoWorkerAvailable.NETWORK,
+        )
+    # Lock them all in one order (by id), so concurrent placements never wait on each other in
+    # a cycle; then the one with the most room wins.
+    locked = list(
+        Worker.objects.select_for_update().filter(pk__in=[w.pk for w in fitting]).order_by("pk")
+    )
+    loads = dict(
+        TrainingModel.objects.filter(worker__in=locked, state__in=TrainingModel.LIVE_STATES)
+        .values_list("worker")
+        .annotate(n=Count("id"))
+    )
+    with_room = [w for w in locked if loads.get(w.pk, 0) < w.capacity]
+    if with_room:
+        return min(with_room, key=lambda w: (loads.get(w.pk, 0), w.name))
+    full = "it is full" if len(fitting) == 1 else "all are full"
+    raise NoWorkerAvailable(
+        base_model,
+        f"waiting for a free slot on {wanted}: {_n(len(fitting), 'serves', 'serve')} "
+        f"{base_model}, {full}",
+        cause=NoWorkerAvailable.CAPACITY,
+    )
+
+
+def _n(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def session_network(session: Session) -> Network:

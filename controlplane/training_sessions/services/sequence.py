@@ -16,9 +16,9 @@ from django.db import transaction
 from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
+from controlplane.errors import DomainError as SessionError
 from controlplane.fleet.models import Worker
 
-from ..errors import SessionError
 from ..models import Operation, TrainingModel
 
 

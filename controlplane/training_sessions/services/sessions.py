@@ -9,15 +9,17 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
+from controlplane.errors import DomainError, QuotaExceeded
 from controlplane.kms import services as kms
-from controlplane.quotas.services import session_slot_claim
-from controlplane.registry.services import session_group_checked
+from controlplane.metrics import QUOTA_REFUSALS
+from controlplane.quotas.limits import limits_for
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import storage_location_owned, subnets_not_owned
 from loopwright.types import VpcConfig
 
-from ..errors import Gone, SessionError
+from ..errors import Gone
 from ..models import Session, TrainingModel
+from ..save_groups import session_group_checked
 from ..selectors import session_get
 from .storage import s3_output_path_checked
 
@@ -46,7 +48,7 @@ def session_create(
     if "s3_output_path" in platform:  # where its checkpoints go (else the local storage)
         platform["s3_output_path"] = s3_output_path_checked(platform["s3_output_path"])
         if not storage_location_owned(tenant=tenant, uri=platform["s3_output_path"]):
-            raise SessionError(
+            raise DomainError(
                 f"s3_output_path: {platform['s3_output_path']} is not inside a storage location "
                 "of this account (operators add them with manage.py storage_locations)",
                 field="s3_output_path",
@@ -70,12 +72,33 @@ def session_create(
     )
 
 
+def session_slot_claim(*, tenant: Tenant) -> None:
+    """Refuse a new session while the tenant's live (pending or active) sessions fill its quota.
+
+    Call inside the transaction that creates the session: the tenant's row stays locked until it
+    commits, so parallel creations are counted one after another and never overshoot.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("session_slot_claim must run inside the creating transaction")
+    Tenant.objects.select_for_update().only("pk").get(pk=tenant.pk)
+    limit = limits_for(tenant).concurrent_sessions
+    live = Session.objects.filter(tenant_id=tenant.pk, state__in=Session.LIVE_STATES).count()
+    if live >= limit:
+        QUOTA_REFUSALS.labels("concurrent_sessions").inc()
+        raise QuotaExceeded(
+            f"account {tenant.account_id} has {live} live sessions (pending or active), its limit "
+            f"of {limit} concurrent sessions; stop() a session (POST /api/v1/sessions/<id>/stop) "
+            "or wait until an idle one expires "
+            f"({settings.SESSION_IDLE_TIMEOUT_SECONDS} seconds without a heartbeat)"
+        )
+
+
 def _require_own_subnets(tenant: Tenant, subnets: list[str]) -> None:
     """A session may only name its own tenant's subnets (another's looks unregistered)."""
     foreign = subnets_not_owned(tenant=tenant, subnet_ids=subnets)
     if foreign:
         i = foreign[0]
-        raise SessionError(
+        raise DomainError(
             f"vpc_config.subnets[{i}]: {subnets[i]} is not registered to this account "
             "(operators register a tenant's subnets with manage.py vpc_subnets)",
             field=f"vpc_config.subnets[{i}]",
@@ -91,7 +114,7 @@ def vpc_config_checked(value) -> dict:
         first = exc.errors()[0]
         path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
         message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise SessionError(f"vpc_config{path}: {message}", field=f"vpc_config{path}") from None
+        raise DomainError(f"vpc_config{path}: {message}", field=f"vpc_config{path}") from None
 
 
 def session_heartbeat(*, tenant: Tenant, session_id: str) -> Session:

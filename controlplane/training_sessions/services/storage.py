@@ -9,9 +9,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from controlplane.errors import DomainError
 from controlplane.storage import S3Settings, S3UriError, Storage, parse_s3_uri, storage_for
-
-from ..errors import SessionError
 
 FIELD = "s3_output_path"
 
@@ -33,9 +32,9 @@ def storage_root(platform: dict) -> str:
 def s3_output_path_checked(value: object) -> str:
     """``s3://bucket/optional/prefix`` as stored (no trailing '/'); a 400 naming the field."""
     if not isinstance(value, str):
-        raise SessionError(f"{FIELD}: must be a string like s3://bucket/prefix", field=FIELD)
+        raise DomainError(f"{FIELD}: must be a string like s3://bucket/prefix", field=FIELD)
     try:
         bucket, prefix = parse_s3_uri(value)
     except S3UriError as exc:
-        raise SessionError(f"{FIELD}: {exc}", field=FIELD) from None
+        raise DomainError(f"{FIELD}: {exc}", field=FIELD) from None
     return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"

@@ -17,13 +17,14 @@ from django.db.models import Max
 from django.utils import timezone
 
 from controlplane import dispatch, rows
+from controlplane.errors import DomainError as SessionError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
-from controlplane.quotas.budget import token_budget_check
+from controlplane.metering.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 
-from ..errors import Conflict, NotActive, NotFound, SessionError, Unavailable
+from ..errors import Conflict, NotActive, NotFound, Unavailable
 from ..models import Checkpoint, Operation, SamplingSession, Session, TrainingModel, new_id
 from ..selectors import checkpoint_by_path, model_get, sampler_get, session_get
 from . import placement, sequence, vocabulary

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from controlplane.errors import DomainError
 from controlplane.fleet.models import BaseModel
-
-from ..errors import SessionError
 
 TOKEN_INPUTS = ("target_tokens",)  # loss inputs that hold token ids
 
@@ -55,7 +54,7 @@ def vocab_check(*, base_model: str, highest: int | None, field: str) -> None:
         return
     size = vocab_size(base_model)
     if size is not None and highest >= size:
-        raise SessionError(
+        raise DomainError(
             f"{field}: token id {highest} is outside the vocabulary of {base_model} [0, {size})",
             field=field,
         )

@@ -1,5 +1,6 @@
 """The monthly token budget: token-consuming operations are refused at submit once a tenant's
-metered tokens of the calendar month (UTC) reach it."""
+metered tokens of the calendar month (UTC) reach it (the budget is one of the tenant's quota
+limits; the tokens are metered here)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,11 @@ import time
 from datetime import UTC, date, datetime
 
 from controlplane.errors import BudgetExhausted
-from controlplane.metering.selectors import month_tokens
-from controlplane.observability.metrics import QUOTA_REFUSALS
+from controlplane.metrics import QUOTA_REFUSALS
+from controlplane.quotas.limits import limits_for
 from controlplane.tenants.models import Tenant
 
-from .limits import limits_for
+from .selectors import month_tokens
 
 _clock = time.time  # the wall clock; months are calendar months in UTC
 

@@ -1,5 +1,6 @@
-"""The metrics every process updates. Labels carry kinds, states, meters and worker names only:
-never a tenant, session, model or key, so ``/metrics`` shows nothing of any customer's.
+"""The metrics every process updates, served at ``/metrics`` by ``controlplane.observability``
+(low in the layers, so any app may count). Labels carry kinds, states, meters and worker names
+only: never a tenant, session, model or key, so ``/metrics`` shows nothing of any customer's.
 
 On gunicorn with several worker processes set ``PROMETHEUS_MULTIPROC_DIR`` (an empty folder per
 start): the counters then add up across processes (``controlplane/gunicorn_conf.py``).

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from rest_framework import authentication, exceptions
 
-from controlplane.iam import credential_cache
-from controlplane.iam.principals import Principal, for_api_key, for_membership
+from controlplane import process_cache
+from controlplane.tenants.models import Membership
+from controlplane.tenants.selectors import api_key_for
+from controlplane.tenants.services import api_key_touch, key_digest
 
-from .models import Membership
-from .selectors import api_key_for
-from .services import api_key_touch, key_digest
+from . import credential_cache
+from .principals import Principal, for_api_key, for_membership
 
 TENANT_HEADER = "X-Loopwright-Account"  # which of a logged-in user's tenants a call is for
 
@@ -26,7 +27,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
                 raw = auth[7:].strip()
         if not raw:
             return None
-        cacheable = credential_cache.usable()
+        cacheable = process_cache.usable()
         if cacheable:
             digest = key_digest(raw)
             hit = credential_cache.cache.get(digest)

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from controlplane.fleet.janitor import run_forever
+from controlplane.housekeeping.janitor import run_forever
 from controlplane.iam.provisioning import account_create
 
 DEFAULT_WORKERS = ["HuggingFaceTB/SmolLM2-135M-Instruct", "loopwright/tiny-byte-llama"]

@@ -4,7 +4,8 @@ the OpenAI schemas): every route, every field and its bounds, every error shape.
 
 ``ROUTES`` says, per view, what it takes and answers; ``tests/controlplane/test_openapi.py``
 keeps it complete (a route missing here fails it). Served at ``/api/v1/schema`` and, rendered
-by Swagger UI from the control plane's own static files, at ``/api/v1/docs``.
+by Swagger UI from the control plane's own static files, at ``/api/v1/docs``. It describes both
+APIs, so it sits above them and is attached by the root URL map (``controlplane.urls``).
 """
 
 from __future__ import annotations
@@ -26,13 +27,8 @@ from drf_spectacular.utils import (
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import model_json_schema
 
-from controlplane.errors import MAX_DETAIL, MAX_FIELD
-from controlplane.openai_api import views as openai_views
-from controlplane.openai_api.schemas import ChatCompletionRequest, CompletionRequest
-from loopwright import types as wire
-
-from . import bodies
-from .apis import (
+from controlplane.api import bodies
+from controlplane.api.apis import (
     audit,
     auth,
     billing,
@@ -48,8 +44,12 @@ from .apis import (
     sessions,
     training,
 )
-from .checkpoint_search import CheckpointSearchQuery
-from .session_queries import SessionSearchQuery
+from controlplane.api.checkpoint_search import CheckpointSearchQuery
+from controlplane.api.session_queries import SessionSearchQuery
+from controlplane.errors import MAX_DETAIL, MAX_FIELD
+from controlplane.openai_api import views as openai_views
+from controlplane.openai_api.schemas import ChatCompletionRequest, CompletionRequest
+from loopwright import types as wire
 
 
 class Error(BaseModel):
@@ -106,7 +106,7 @@ class PydanticRequests(OpenApiSerializerExtension):
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "controlplane.tenants.auth.ApiKeyAuthentication"
+    target_class = "controlplane.iam.authentication.ApiKeyAuthentication"
     name = ["ApiKey", "Bearer"]
 
     def get_security_definition(self, auto_schema):
@@ -117,7 +117,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class LoginScheme(OpenApiAuthenticationExtension):
-    target_class = "controlplane.tenants.auth.LoginSessionAuthentication"
+    target_class = "controlplane.iam.authentication.LoginSessionAuthentication"
     name = "Login"
 
     def get_security_definition(self, auto_schema):

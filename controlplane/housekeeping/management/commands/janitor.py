@@ -4,7 +4,7 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from controlplane.fleet.janitor import run_forever, sweep
+from controlplane.housekeeping.janitor import run_forever, sweep
 
 
 class Command(BaseCommand):
