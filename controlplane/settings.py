@@ -124,7 +124,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": None,
-    "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
+    "EXCEPTION_HANDLER": "controlplane.edge.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["controlplane.api.json_body.JSONBodyParser"],
     "DEFAULT_THROTTLE_CLASSES": ["controlplane.quotas.throttling.TenantRateThrottle"],

@@ -4,7 +4,7 @@ dashboard at the root."""
 from django.urls import include, path
 
 from controlplane import openapi
-from controlplane.api.errors import api_not_found, api_server_error
+from controlplane.edge.errors import api_not_found, api_server_error
 from controlplane.observability.views import metrics
 
 urlpatterns = [

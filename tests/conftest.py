@@ -18,3 +18,19 @@ def django_db_setup(django_db_setup):
     from controlplane.training_sessions.notify import listener
 
     listener.stop()
+
+
+# The three people (tests/people.py); each face's conftest defines ``people`` as its own clients.
+@pytest.fixture
+def alice(people):
+    return people[0]
+
+
+@pytest.fixture
+def bob(people):
+    return people[1]
+
+
+@pytest.fixture
+def charlie(people):
+    return people[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from .context import can
+from controlplane.edge.callers import can
 
 # section → (where its link goes, the action that opens it); IAM opens on the keys page for
 # whoever may not list roles

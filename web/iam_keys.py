@@ -14,6 +14,7 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.edge.callers import allow, can, may
 from controlplane.iam import selectors as iam_selectors
 from controlplane.iam import services as iam_services
 from controlplane.iam.resources import api_key_arn, user_arn
@@ -21,8 +22,8 @@ from controlplane.tenants import selectors, services
 from controlplane.tenants.models import ApiKey
 
 from . import shown_once
-from .context import allow, can, may, page
 from .formkit import Form, submit
+from .login_required import page
 
 ME = "me"
 

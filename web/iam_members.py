@@ -18,6 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.audit.outcomes import note_failure
+from controlplane.edge.callers import allow, can
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
 from controlplane.tenants import selectors as tenants
@@ -25,8 +26,8 @@ from controlplane.tenants import services
 from controlplane.tenants.models import Membership
 
 from . import shown_once
-from .context import allow, can, page
 from .formkit import Form, submit
+from .login_required import page
 
 ROLE_CHOICES = Membership.Role.choices
 

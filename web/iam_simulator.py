@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from controlplane.edge.callers import allow
 from controlplane.iam import selectors as iam_selectors
 from controlplane.iam.access import request_context
 from controlplane.iam.actions import ACTIONS, RESOURCE_TYPES, SERVICES
@@ -23,8 +24,8 @@ from controlplane.iam.principals import Principal, for_membership, for_role
 from controlplane.iam.resources import user_arn
 from controlplane.tenants import selectors as tenants
 
-from .context import allow, page
 from .formkit import Form
+from .login_required import page
 
 MAX_RESOURCE = 1000
 MAX_CONTEXT = 4000

@@ -8,8 +8,8 @@ import re
 from django import forms
 from pydantic import ValidationError
 
-from controlplane.api.errors import field_path
 from controlplane.audit.outcomes import note_failure
+from controlplane.edge.errors import field_path
 from controlplane.errors import DomainError
 from controlplane.training_sessions.services.lora import MAX_LORA_RANK, lora_checked
 from loopwright.types import CreateSessionRequest, LoraConfig

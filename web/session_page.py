@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest, QueryDict
 
+from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
 from controlplane.training_sessions.models import Session, TrainingModel
@@ -16,7 +17,6 @@ from controlplane.training_sessions.models import Session, TrainingModel
 from . import session_ops
 from . import session_reads as reads
 from .charts import line_chart
-from .context import can, may
 from .failovers import failovers
 from .snippets import session_snippet
 from .values import number

@@ -17,7 +17,7 @@ class BodySizeLimitMiddleware:
 
     def __call__(self, request):
         if _has_nul(request):
-            from .errors import api_bad_request
+            from controlplane.edge.errors import api_bad_request
 
             return api_bad_request(request, "the path, query or headers contain NUL (%00)")
         limit = settings.MAX_REQUEST_BYTES

@@ -1,4 +1,5 @@
-"""Validate a request body with the SDK's wire types (the single schema)."""
+"""Read a request: its body validated with the SDK's wire types (the single schema), its fields
+and query parameters within their bounds. Who may do what is ``controlplane.edge.callers``."""
 
 from __future__ import annotations
 
@@ -23,24 +24,9 @@ def parse(request: Request, model: type[M]) -> M:
     return model.model_validate(body_object(request))
 
 
-def tenant_of(request: Request):
-    return request.user.tenant
-
-
 def public(result: dict | None) -> dict:
     """An operation's result without the worker's internal keys."""
     return {k: v for k, v in (result or {}).items() if not k.startswith("_")}
-
-
-def principal_of(request: Request):
-    return request.user
-
-
-def allow(request: Request, action: str, resource: str = "*", **context) -> None:
-    """Authorize the caller for ``action`` on ``resource`` (403 naming both), audited."""
-    from controlplane.iam.access import authorize
-
-    authorize(request.user, action, resource, request=request, context=context or None)
 
 
 def body_of(request: Request, model: type[BaseModel]) -> dict:

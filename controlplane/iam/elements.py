@@ -117,8 +117,10 @@ def check_resource(resource: str, where: str, variables: bool) -> None:
 
 
 @dataclass(frozen=True)
-class Principal:
-    """``everyone`` is the ``"*"`` form; ``single_*`` mark lists written as one string."""
+class PrincipalElement:
+    """A statement's ``Principal`` element (whom a trust policy names; the caller is
+    ``controlplane.iam.principals.Principal``). ``everyone`` is the ``"*"`` form; ``single_*`` mark
+    lists written as one string."""
 
     everyone: bool = False
     loopwright: tuple[str, ...] = ()
@@ -150,10 +152,10 @@ def _check_service_principal(entry: str, where: str) -> None:
         )
 
 
-def parse_principal(raw: Any, where: str) -> Principal:
+def parse_principal(raw: Any, where: str) -> PrincipalElement:
     """Parse a ``Principal``/``NotPrincipal`` element."""
     if raw == "*":
-        return Principal(everyone=True)
+        return PrincipalElement(everyone=True)
     if not isinstance(raw, dict) or not raw:
         raise PolicyError(where, 'must be "*" or an object with Loopwright and/or Service')
     for key in raw:
@@ -173,10 +175,10 @@ def parse_principal(raw: Any, where: str) -> Principal:
         services, single_service = parse_strings(raw["Service"], f"{where}.Service")
         for position, entry in enumerate(services):
             _check_service_principal(entry, item_path(f"{where}.Service", position, single_service))
-    return Principal(False, loopwright, services, single_loopwright, single_service)
+    return PrincipalElement(False, loopwright, services, single_loopwright, single_service)
 
 
-def principal_to_dict(principal: Principal) -> str | dict[str, Any]:
+def principal_to_dict(principal: PrincipalElement) -> str | dict[str, Any]:
     if principal.everyone:
         return "*"
     out: dict[str, Any] = {}
@@ -189,7 +191,7 @@ def principal_to_dict(principal: Principal) -> str | dict[str, Any]:
     return out
 
 
-def principal_matches(principal: Principal, caller: str) -> bool:
+def principal_matches(principal: PrincipalElement, caller: str) -> bool:
     """Whether ``caller`` (a principal ARN or a service principal) is named by ``principal``."""
     if principal.everyone:
         return True

@@ -45,8 +45,10 @@ class Decision:
     reason: str
 
 
-def request_context(principal: str, context: Mapping[str, Any]) -> ContextValues:
-    """The normalized context, with the principal keys derived from ``principal`` added."""
+def evaluation_context(principal: str, context: Mapping[str, Any]) -> ContextValues:
+    """The condition values a statement is checked against: ``context`` (the request's keys,
+    ``controlplane.iam.access.request_context``) normalized, with the keys derived from the
+    ``principal`` ARN added where it does not set them."""
     derived: dict[str, Any] = {}
     try:
         arn = Arn.parse(principal)
@@ -112,7 +114,7 @@ def evaluate(policies: Iterable[tuple[str, PolicyDocument]], request: AccessRequ
     The principal's ARN supplies ``loopwright:PrincipalArn``, ``loopwright:PrincipalAccount`` and,
     for users, ``loopwright:username``, unless the request context sets them.
     """
-    context = request_context(request.principal, request.context)
+    context = evaluation_context(request.principal, request.context)
 
     def applies(statement: Statement, variables: bool) -> bool:
         return (
@@ -137,7 +139,7 @@ def evaluate_trust(
     policy_name: str = "trust",
 ) -> Decision:
     """Whether ``principal_arn`` (or a service principal) may ``action`` under a trust policy."""
-    values = request_context(principal_arn, context or {})
+    values = evaluation_context(principal_arn, context or {})
 
     def applies(statement: Statement, variables: bool) -> bool:
         if statement.principal is None:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from .conditions import Condition, conditions_to_dict, parse_conditions
 from .elements import (
-    Principal,
+    PrincipalElement,
     check_action,
     check_resource,
     item_path,
@@ -61,7 +61,7 @@ class Statement:
     effect: Effect
     actions: tuple[str, ...]
     resources: tuple[str, ...] = ()
-    principal: Principal | None = None
+    principal: PrincipalElement | None = None
     conditions: tuple[Condition, ...] = ()
     sid: str | None = None
     index: int = 0

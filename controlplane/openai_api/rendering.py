@@ -9,11 +9,12 @@ import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
-
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any
 
 from controlplane.errors import DomainError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 REPLACEMENT = "\ufffd"  # what decoding shows for an incomplete UTF-8 sequence
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -24,7 +25,10 @@ class RenderError(DomainError):
 
 
 def tokenizer_load(files: dict[str, str], chat_template: str | None) -> PreTrainedTokenizerBase:
-    """A tokenizer from its files (name → text), with ``chat_template`` if its files lack one."""
+    """A tokenizer from its files (name → text), with ``chat_template`` if its files lack one.
+    transformers is imported here, on first use: the control plane loads without it."""
+    from transformers import AutoTokenizer
+
     with tempfile.TemporaryDirectory(prefix="lw-tokenizer-") as folder:
         for name, text in files.items():
             if Path(name).name != name or name in ("", ".", ".."):

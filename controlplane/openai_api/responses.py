@@ -3,10 +3,13 @@ each endpoint's own layout, and usage."""
 
 from __future__ import annotations
 
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from .rendering import Piece, token_text
 from .services import Completed
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def usage(done: Completed) -> dict:

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from transformers import PreTrainedTokenizerBase
 
 from controlplane.fleet.models import BaseModel
 from controlplane.fleet.selectors import base_model_require
@@ -38,6 +38,9 @@ from . import rendering
 from .errors import ModelNotFound, OperationFailed, Timeout
 from .rendering import Choice, RenderError
 from .schemas import ChatCompletionRequest, CompletionRequest
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 Authorize = Callable[[str, str], None]  # (action, resource ARN): raises AccessDenied
 OPEN = submit.OPEN_STATES

@@ -4,26 +4,40 @@ back in OpenAI's shape; the caller is authenticated by API key (``Authorization:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 from django.http import StreamingHttpResponse
+from pydantic import BaseModel
+from rest_framework.exceptions import ParseError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api.parsing import allow, parse, tenant_of
+from controlplane.edge.callers import allow, tenant_of
+from controlplane.edge.errors import openai_exception_handler
 from controlplane.errors import DomainError
 
-from . import errors, responses, selectors, services, sse
+from . import responses, selectors, services, sse
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 
 class OpenAIView(APIView):
     def get_exception_handler(self):
-        return errors.exception_handler
+        return openai_exception_handler
 
 
 def _authorizer(request: Request) -> services.Authorize:
     return lambda action, resource: allow(request, action, resource)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parsed(request: Request, model: type[M]) -> M:
+    """The JSON object body, validated by the request's schema."""
+    if not isinstance(request.data, dict):
+        raise ParseError("the request body must be a JSON object")
+    return model.model_validate(request.data)
 
 
 IDEMPOTENCY_KEY_LIMIT = 255
@@ -66,7 +80,7 @@ class ModelView(OpenAIView):
 
 class ChatCompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
-        req = parse(request, ChatCompletionRequest)
+        req = parsed(request, ChatCompletionRequest)
         done = services.chat_complete(
             tenant=tenant_of(request),
             req=req,
@@ -84,7 +98,7 @@ class ChatCompletionsView(OpenAIView):
 
 class CompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
-        req = parse(request, CompletionRequest)
+        req = parsed(request, CompletionRequest)
         done = services.text_complete(
             tenant=tenant_of(request),
             req=req,

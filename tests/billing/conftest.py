@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from stripe._http_client import HTTPClient
 
-from tests.controlplane.conftest import _settings, alice, bob, charlie, people  # noqa: F401
+from tests.controlplane.conftest import _settings, people  # noqa: F401
 
 from .stripe_server import API_KEY, StripeServer, StripeState
 

@@ -1,5 +1,6 @@
-"""Control-plane fixtures: three people (alice and bob share a tenant, charlie is another) and an
-in-process worker runtime on the tiny model that tests drain explicitly."""
+"""Control-plane fixtures: the three people as API callers (``alice``, ``bob`` and ``charlie``
+themselves are in ``tests/conftest.py``) and an in-process worker runtime on the tiny model that
+tests drain explicitly."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
-from controlplane.iam.provisioning import account_create
 from controlplane.tenants.models import Membership
-from controlplane.tenants.services import api_key_create, membership_add, user_create
+from tests import people as people_
 from workers.engine.catalog import TINY_MODEL, ModelCatalog
 from workers.engine.host import HostConfig, ModelHost
 
@@ -47,43 +47,22 @@ def _client(raw: str) -> APIClient:
     return client
 
 
-def owner(name: str, tenant_name: str) -> Person:
-    """The owner of a new tenant, with the tenant's session role and an API key."""
-    account = account_create(
-        email=f"{name}@example.com", password=None, tenant_name=tenant_name, key_name=name
+def calling(account: people_.Account) -> Person:
+    """``account`` calling the API with its key."""
+    return Person(
+        account.name, _client(account.api_key), account.tenant, account.role_arn, account.api_key
     )
-    tenant = account.membership.tenant
-    return Person(name, _client(account.api_key), tenant, account.session_role.arn, account.api_key)
 
 
 def member(name: str, of: Person, role: str = Membership.Role.MEMBER) -> Person:
     """Someone who joins ``of``'s tenant with a membership ``role``."""
-    user = user_create(email=f"{name}@example.com", password=None)
-    membership_add(tenant=of.tenant, user=user, role=role)
-    _, raw = api_key_create(tenant=of.tenant, user=user, name=name)
-    return Person(name, _client(raw), of.tenant, of.role_arn, raw)
+    return calling(people_.member(name, of.tenant, of.role_arn, role))
 
 
 @pytest.fixture
 def people(db):
-    """alice owns acme, bob is a member of acme, charlie owns another tenant."""
-    alice = owner("alice", "acme")
-    return alice, member("bob", alice), owner("charlie", "other")
-
-
-@pytest.fixture
-def alice(people):
-    return people[0]
-
-
-@pytest.fixture
-def bob(people):
-    return people[1]
-
-
-@pytest.fixture
-def charlie(people):
-    return people[2]
+    """The three people (``tests/people.py``), each calling the API with their own key."""
+    return tuple(calling(account) for account in people_.three_people())
 
 
 @pytest.fixture(scope="session")

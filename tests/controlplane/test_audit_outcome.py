@@ -54,3 +54,17 @@ def test_a_denied_request_has_no_outcome(alice, bob) -> None:
     r = bob.post("iam/roles", {"name": "Nope", "policies": {}})
     assert r.status_code == 403
     assert _outcomes(alice.tenant, "iam:CreateRole") == [(False, "", "")]
+
+
+def test_api_reads_are_audited_whatever_headers_they_send(alice, charlie) -> None:
+    """Only a dashboard page's automatic refresh leaves its allowed read off the record; an API
+    call that sends the dashboard's ``X-Fragment`` header is recorded like any other."""
+    reads = AuditEvent.objects.filter(tenant=alice.tenant, action="audit:LookupEvents")
+    for _ in range(2):
+        assert alice.get("audit/events", HTTP_X_FRAGMENT="1").status_code == 200
+    assert reads.filter(allowed=True).count() == 2
+    assert charlie.get("audit/events", HTTP_X_FRAGMENT="1").status_code == 200
+    assert reads.count() == 2  # charlie's read is on his tenant's record, not acme's
+    assert (
+        AuditEvent.objects.filter(tenant=charlie.tenant, action="audit:LookupEvents").count() == 1
+    )

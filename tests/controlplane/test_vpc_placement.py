@@ -12,7 +12,7 @@ from django.db import connection, connections
 from django.utils import timezone
 from pydantic import ValidationError
 
-from controlplane.api.errors import field_path
+from controlplane.edge.errors import field_path
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.housekeeping.janitor import sweep

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 from moto.core.exceptions import JsonRESTError
 from moto.kms.models import KmsBackend
-from moto.server import ThreadedMotoServer
+
+from tests.moto_server import aws_client, moto_served
 
 
 def _refuse_unusable_keys(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,26 +46,13 @@ def _refuse_unusable_keys(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        with pytest.MonkeyPatch.context() as monkeypatch:
-            _refuse_unusable_keys(monkeypatch)
-            host, port = server.get_host_and_port()
-            yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        server._server.server_close()  # type: ignore[union-attr]  # stop() leaves the socket open
+    with moto_served() as url, pytest.MonkeyPatch.context() as monkeypatch:
+        _refuse_unusable_keys(monkeypatch)
+        yield url
 
 
 @pytest.fixture(scope="module")
 def kms(endpoint: str) -> Iterator[Any]:
-    client = boto3.client(
-        "kms",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = aws_client("kms", endpoint)
     yield client
     client.close()

@@ -7,8 +7,5 @@ from tests.controlplane import conftest as controlplane
 
 _settings = controlplane._settings
 people = controlplane.people
-alice = controlplane.alice
-bob = controlplane.bob
-charlie = controlplane.charlie
 tiny_host_factory = controlplane.tiny_host_factory
 runtime = controlplane.runtime

@@ -9,29 +9,23 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
-CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+from tests.moto_server import aws_client, moto_served
+
+__all__ = ["bucket", "s3", "s3_endpoint"]
 
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-        server._server.server_close()  # type: ignore[union-attr]  # stop() leaves the socket open
+    with moto_served() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def s3(s3_endpoint: str) -> Iterator[Any]:
     """A boto3 client that talks to the server directly (to look at, or spoil, what is stored)."""
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=s3_endpoint, **CREDENTIALS)
+    client = aws_client("s3", s3_endpoint)
     yield client
     client.close()
 

@@ -1,17 +1,17 @@
-"""Dashboard fixtures: three people logged in with Django's test client. alice owns acme, bob is a
-member of acme, charlie owns another tenant. Each client carries ``.tenant``, ``.user``,
-``.membership`` (and ``.role_arn``, the tenant's session role, and ``.api_key``)."""
+"""Dashboard fixtures: the three people (``tests/people.py``) logged in with Django's test client.
+Each client carries ``.tenant``, ``.user``, ``.membership`` (and ``.role_arn``, the tenant's
+session role, and ``.api_key``)."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
 
-from controlplane.iam.provisioning import account_create
 from controlplane.tenants.models import Membership
-from controlplane.tenants.services import api_key_create, membership_add, user_create
+from tests import people as people_
+from tests.people import PASSWORD
 
-PASSWORD = "correct horse battery staple"
+__all__ = ["PASSWORD"]  # the tests log in with it
 
 
 @pytest.fixture(autouse=True)
@@ -34,41 +34,20 @@ def logged_in(membership: Membership, *, role_arn: str, api_key: str) -> Client:
     return client
 
 
-def owner(name: str, tenant_name: str) -> Client:
-    """The owner of a new tenant (password ``PASSWORD``), logged in."""
-    account = account_create(
-        email=f"{name}@example.com", password=PASSWORD, tenant_name=tenant_name, key_name=name
-    )
-    return logged_in(account.membership, role_arn=account.session_role.arn, api_key=account.api_key)
+def browsing(account: people_.Account) -> Client:
+    """``account`` logged in to the dashboard."""
+    return logged_in(account.membership, role_arn=account.role_arn, api_key=account.api_key)
 
 
 def member(name: str, of: Client, role: str = Membership.Role.MEMBER) -> Client:
     """Someone who joins ``of``'s tenant with a membership ``role``, logged in."""
-    user = user_create(email=f"{name}@example.com", password=PASSWORD)
-    membership = membership_add(tenant=of.tenant, user=user, role=role)
-    _, raw = api_key_create(tenant=of.tenant, user=user, name=name)
-    return logged_in(membership, role_arn=of.role_arn, api_key=raw)
+    return browsing(people_.member(name, of.tenant, of.role_arn, role, password=PASSWORD))
 
 
 @pytest.fixture
 def people(db):
-    alice = owner("alice", "acme")
-    return alice, member("bob", alice), owner("charlie", "other")
-
-
-@pytest.fixture
-def alice(people) -> Client:
-    return people[0]
-
-
-@pytest.fixture
-def bob(people) -> Client:
-    return people[1]
-
-
-@pytest.fixture
-def charlie(people) -> Client:
-    return people[2]
+    """The three people (``tests/people.py``) with password ``PASSWORD``, logged in."""
+    return tuple(browsing(account) for account in people_.three_people(password=PASSWORD))
 
 
 BASE_MODEL = "acme/base"

@@ -13,6 +13,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.edge.callers import ACCOUNT_KEY, login_principal
 from controlplane.errors import DomainError, NotFound, Throttled
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import served_base_models
@@ -26,7 +27,7 @@ from controlplane.tenants.logins import login_check
 
 from .. import shown_once
 from ..account_forms import AcceptForm, LoginForm, SignupForm, show_error
-from ..context import ACCOUNT_KEY, page, principal_for
+from ..login_required import page
 
 HOME = "/overview"
 _BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -45,14 +46,14 @@ def local_path(candidate: str | None, request: HttpRequest) -> str | None:
 
 
 def landing(request: HttpRequest) -> HttpResponse:
-    if principal_for(request) is not None:
+    if login_principal(request) is not None:
         return redirect(HOME)
     return render(request, "web/accounts/landing.html")
 
 
 def status(request: HttpRequest) -> HttpResponse:
     """What the service can do right now; no tenant's data."""
-    request.principal = principal_for(request)  # for the layout's navigation only
+    request.principal = login_principal(request)  # for the layout's navigation only
     live = list(live_workers().select_related("base_model").order_by("name"))
     return render(
         request,
@@ -134,7 +135,7 @@ def login_view(request: HttpRequest) -> HttpResponse:
             else:
                 login(request, user, backend=_BACKEND)
                 return redirect(next_path or HOME)
-    elif principal_for(request) is not None:
+    elif login_principal(request) is not None:
         return redirect(next_path or HOME)
     response = render(
         request, "web/accounts/login.html", {"form": form, "next": next_path}, status=status_code

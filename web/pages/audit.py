@@ -16,10 +16,11 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET
 
 from controlplane.audit.selectors import audit_events
+from controlplane.edge.callers import allow
 from controlplane.iam.actions import ACTIONS
 
-from ..context import allow, page
 from ..formkit import Form
+from ..login_required import page
 
 PER_PAGE = 50
 SUGGEST_FROM = 1000  # latest events whose principals and actions the filters suggest

@@ -14,14 +14,15 @@ from django.urls import path
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from controlplane.edge.callers import allow, may
 from controlplane.errors import DomainError
 from controlplane.fleet.selectors import served_base_models
 from controlplane.metering import reports
 from controlplane.metering.models import Meter
 
 from ..charts import Series, bar_chart
-from ..context import allow, may, page
 from ..formkit import Form
+from ..login_required import page
 from ..prices import price_rows, scheduled
 from ..values import meter_name, usd
 

@@ -11,13 +11,13 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from controlplane.edge.callers import allow
 from controlplane.errors import NotFound
 from controlplane.iam import selectors, services
 from controlplane.iam.builtin import DOCUMENTS
 from controlplane.iam.resources import role_arn, user_arn
 from controlplane.tenants import selectors as tenants
 
-from ..context import allow, page
 from ..formkit import Form, code_area, submit
 from ..iam_keys import key_list, key_revoke
 from ..iam_members import RoleForm as MembershipForm
@@ -38,6 +38,7 @@ from ..iam_policy_editor import (
     pretty,
 )
 from ..iam_simulator import simulator
+from ..login_required import page
 
 
 class RoleForm(Form):

@@ -14,12 +14,13 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlplane.audit.outcomes import note_failure
+from controlplane.edge.callers import allow
 from controlplane.errors import DomainError
 from controlplane.kms import services
 from controlplane.kms.models import KmsKey
 
-from ..context import allow, page
 from ..formkit import FIXABLE, Form, submit
+from ..login_required import page
 
 
 class KeyForm(Form):

@@ -8,13 +8,14 @@ from django.shortcuts import render
 from django.urls import path
 from django.utils import timezone
 
+from controlplane.edge.callers import allow, may
 from controlplane.fleet.selectors import served_base_models
 from controlplane.iam.resources import role_arn, session_arn
 from controlplane.iam.services import SESSION_ROLE_NAME
 from controlplane.metering.reports import CURRENCY, money, usage_report
 
 from .. import session_reads as reads
-from ..context import allow, may, page
+from ..login_required import page
 from ..snippets import start_snippet
 
 RECENT = 5

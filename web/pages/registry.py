@@ -11,14 +11,15 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from controlplane.edge.callers import allow, can
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam.resources import model_package_arn, model_package_group_arn
 from controlplane.registry import selectors, services
 from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage
 
-from ..context import allow, can, page
 from ..formkit import Form, page_number, submit
+from ..login_required import page
 from ..session_ops import step_counter
 from ..session_page import lora_view
 from ..values import number

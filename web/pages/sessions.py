@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
+from controlplane.edge.callers import allow, is_fragment, may
 from controlplane.errors import DomainError
 from controlplane.fleet.selectors import served_base_models
 from controlplane.iam.resources import model_arn, model_package_group_arn, session_arn
@@ -30,7 +31,7 @@ from controlplane.training_sessions.services import submit
 
 from .. import session_page as sp
 from .. import session_reads as reads
-from ..context import allow, is_fragment, may, page
+from ..login_required import page
 from ..prices import price_book, training_estimate
 from ..session_form import SessionForm, add_domain_error
 

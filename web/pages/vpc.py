@@ -7,6 +7,10 @@ are shown to operators (staff users) only, and each change is audited as an oper
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -15,13 +19,14 @@ from django.urls import path
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane.audit.services import audit_operator
+from controlplane.edge.callers import allow, may
 from controlplane.errors import AccessDenied
 from controlplane.tenants import services
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions import selectors as sessions
 
-from ..context import allow, may, page
 from ..formkit import Form, submit
+from ..login_required import page
 
 RECENT_SESSIONS = 200  # how far back "which sessions use it" looks
 
@@ -63,12 +68,83 @@ def _usage(request: HttpRequest) -> dict[str, list[str]] | None:
     return used
 
 
-def _page(request, subnet_form=None, location_form=None, status=200) -> HttpResponse:
+@dataclass(frozen=True)
+class Registered:
+    """One of the two things an operator registers to an account: its form, its services, its
+    audit actions and how the page names it."""
+
+    form: type[Form]
+    field: str  # the form field, and the record's attribute, that names one
+    register: Callable[..., Any]  # the service: (tenant, name, description) -> the record
+    deregister: Callable[..., None]  # the service: (tenant, name)
+    register_action: str
+    deregister_action: str
+    noun: str  # "Subnet" or "Storage location"
+
+    def add(self, request: HttpRequest) -> HttpResponse:
+        _operator(request)
+        form = self.form(request.POST)
+        record = submit(
+            form,
+            lambda d: self.register(request.tenant, d[self.field], d["description"]),
+        )
+        if record is None:
+            return _page(request, {self.field: form}, status=400)
+        name = getattr(record, self.field)
+        audit_operator(
+            tenant=request.tenant,
+            action=self.register_action,
+            resource=name,
+            reason=_reason(request),
+        )
+        messages.success(request, f"{self.noun} {name} registered to this account.")
+        return redirect("/vpc")
+
+    def remove(self, request: HttpRequest, name: str) -> HttpResponse:
+        _operator(request)
+        self.deregister(request.tenant, name)
+        audit_operator(
+            tenant=request.tenant,
+            action=self.deregister_action,
+            resource=name,
+            reason=_reason(request),
+        )
+        messages.success(request, f"{self.noun} {name} deregistered.")
+        return redirect("/vpc")
+
+
+SUBNETS = Registered(
+    form=SubnetForm,
+    field="subnet_id",
+    register=lambda tenant, name, description: services.subnet_register(
+        tenant=tenant, subnet_id=name, description=description
+    ),
+    deregister=lambda tenant, name: services.subnet_deregister(tenant=tenant, subnet_id=name),
+    register_action="vpc:RegisterSubnet",
+    deregister_action="vpc:DeregisterSubnet",
+    noun="Subnet",
+)
+LOCATIONS = Registered(
+    form=LocationForm,
+    field="uri",
+    register=lambda tenant, name, description: services.storage_location_register(
+        tenant=tenant, uri=name, description=description
+    ),
+    deregister=lambda tenant, name: services.storage_location_deregister(tenant=tenant, uri=name),
+    register_action="storage:RegisterLocation",
+    deregister_action="storage:DeregisterLocation",
+    noun="Storage location",
+)
+
+
+def _page(request, forms_shown: dict | None = None, status=200) -> HttpResponse:
+    """The page; ``forms_shown`` (field → form) keeps a refused form's input and errors."""
     allow(request, "vpc:ListSubnets")
     allow(request, "storage:ListLocations")
     used = _usage(request)
     subnets = Subnet.objects.filter(tenant=request.tenant).order_by("subnet_id")
     rows = [(s, (used or {}).get(s.subnet_id, [])) for s in subnets]
+    shown = forms_shown or {}
     return render(
         request,
         "web/vpc/vpc.html",
@@ -77,8 +153,8 @@ def _page(request, subnet_form=None, location_form=None, status=200) -> HttpResp
             "usage_known": used is not None,
             "locations": StorageLocation.objects.filter(tenant=request.tenant).order_by("uri"),
             "operator": request.user.is_staff,
-            "subnet_form": subnet_form or SubnetForm(),
-            "location_form": location_form or LocationForm(),
+            "subnet_form": shown.get(SUBNETS.field) or SubnetForm(),
+            "location_form": shown.get(LOCATIONS.field) or LocationForm(),
         },
         status=status,
     )
@@ -93,78 +169,25 @@ def overview(request: HttpRequest) -> HttpResponse:
 @page
 @require_POST
 def subnet_add(request: HttpRequest) -> HttpResponse:
-    _operator(request)
-    form = SubnetForm(request.POST)
-    subnet = submit(
-        form,
-        lambda d: services.subnet_register(
-            tenant=request.tenant, subnet_id=d["subnet_id"], description=d["description"]
-        ),
-    )
-    if subnet is None:
-        return _page(request, subnet_form=form, status=400)
-    audit_operator(
-        tenant=request.tenant,
-        action="vpc:RegisterSubnet",
-        resource=subnet.subnet_id,
-        reason=_reason(request),
-    )
-    messages.success(request, f"Subnet {subnet.subnet_id} registered to this account.")
-    return redirect("/vpc")
+    return SUBNETS.add(request)
 
 
 @page
 @require_POST
 def subnet_remove(request: HttpRequest, subnet_id: str) -> HttpResponse:
-    _operator(request)
-    services.subnet_deregister(tenant=request.tenant, subnet_id=subnet_id)
-    audit_operator(
-        tenant=request.tenant,
-        action="vpc:DeregisterSubnet",
-        resource=subnet_id,
-        reason=_reason(request),
-    )
-    messages.success(request, f"Subnet {subnet_id} deregistered.")
-    return redirect("/vpc")
+    return SUBNETS.remove(request, subnet_id)
 
 
 @page
 @require_POST
 def location_add(request: HttpRequest) -> HttpResponse:
-    _operator(request)
-    form = LocationForm(request.POST)
-    location = submit(
-        form,
-        lambda d: services.storage_location_register(
-            tenant=request.tenant, uri=d["uri"], description=d["description"]
-        ),
-    )
-    if location is None:
-        return _page(request, location_form=form, status=400)
-    audit_operator(
-        tenant=request.tenant,
-        action="storage:RegisterLocation",
-        resource=location.uri,
-        reason=_reason(request),
-    )
-    messages.success(request, f"Storage location {location.uri} registered to this account.")
-    return redirect("/vpc")
+    return LOCATIONS.add(request)
 
 
 @page
 @require_POST
 def location_remove(request: HttpRequest) -> HttpResponse:
-    _operator(request)
-    uri = request.POST.get("uri", "")
-    services.storage_location_deregister(tenant=request.tenant, uri=uri)
-    audit_operator(
-        tenant=request.tenant,
-        action="storage:DeregisterLocation",
-        resource=uri,
-        reason=_reason(request),
-    )
-    messages.success(request, f"Storage location {uri} deregistered.")
-    return redirect("/vpc")
+    return LOCATIONS.remove(request, request.POST.get("uri", ""))
 
 
 urlpatterns = [

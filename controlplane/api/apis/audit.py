@@ -9,9 +9,10 @@ from rest_framework.response import Response
 
 from controlplane.audit.models import AuditEvent
 from controlplane.audit.selectors import audit_events
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError
 
-from ..parsing import allow, query_int, tenant_of
+from ..parsing import query_int
 
 MAX_LIMIT = 1000
 

@@ -8,6 +8,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import principal_of
 from controlplane.errors import Conflict
 from controlplane.iam.access import client_ip
 from controlplane.iam.principals import for_membership
@@ -17,7 +18,7 @@ from controlplane.tenants import services as tenants
 from controlplane.tenants.models import Membership
 
 from .. import bodies
-from ..parsing import body_of, principal_of, text
+from ..parsing import body_of, text
 
 
 def membership_json(m: Membership) -> dict:

@@ -14,12 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.billing.reconciliation import billing_reconcile
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
 from controlplane.metering import reports
 from controlplane.training_sessions import selectors as sessions
-
-from ..parsing import allow, tenant_of
 
 FORMATS = ("json", "csv")
 

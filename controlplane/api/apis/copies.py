@@ -6,10 +6,11 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.registry.copies import CopyRequest, checkpoint_copy, idempotency_key
 from loopwright.types import CopyWeightsRequest, CopyWeightsResponse
 
-from ..parsing import allow, parse, tenant_of
+from ..parsing import parse
 
 
 @api_view(["POST"])

@@ -15,6 +15,7 @@ from rest_framework.decorators import api_view, content_negotiation_class
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.iam.resources import session_arn
 from controlplane.training_sessions import notify, selectors
 from controlplane.training_sessions.models import Operation
@@ -23,7 +24,7 @@ from loopwright.types import FutureRetrieveRequest
 
 from ..answers import finished_body, result_body
 from ..negotiation import PROTOBUF_CONTENT_TYPE, AlwaysJSON, wants_protobuf
-from ..parsing import allow, parse, tenant_of
+from ..parsing import parse
 from ..protobuf_results import PROTOBUF_KINDS, encode_result
 
 

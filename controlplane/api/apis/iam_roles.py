@@ -6,12 +6,13 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.iam import selectors, services
 from controlplane.iam.models import Role
 from controlplane.iam.resources import role_arn
 
 from .. import bodies
-from ..parsing import allow, body_of, principal_of, tenant_of, text
+from ..parsing import body_of, text
 
 
 def role_json(role: Role, *, with_policies: bool = False) -> dict:

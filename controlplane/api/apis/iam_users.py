@@ -6,6 +6,7 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam import selectors as iam_selectors
 from controlplane.iam import services as iam_services
@@ -14,7 +15,7 @@ from controlplane.tenants import selectors, services
 from controlplane.tenants.models import ApiKey, Membership
 
 from .. import bodies
-from ..parsing import allow, body_of, principal_of, tenant_of, text
+from ..parsing import body_of, text
 
 
 def user_json(m: Membership) -> dict:

@@ -7,12 +7,13 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError
 from controlplane.kms import services
 from controlplane.kms.models import KmsKey
 
 from .. import bodies
-from ..parsing import allow, body_of, tenant_of, text
+from ..parsing import body_of, text
 
 
 def key_json(key: KmsKey) -> dict:

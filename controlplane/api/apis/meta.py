@@ -7,6 +7,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow
 from controlplane.fleet.selectors import base_model_get, served_base_models
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions.errors import NotFound
@@ -17,8 +18,6 @@ from loopwright.types import (
     HealthResponse,
     SupportedModel,
 )
-
-from ..parsing import allow
 
 
 @api_view(["GET"])

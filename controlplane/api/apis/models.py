@@ -14,6 +14,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.fleet.selectors import base_model_get
 from controlplane.iam.resources import model_arn, session_arn
 from controlplane.registry.download_response import package_download_response
@@ -31,7 +32,7 @@ from .. import checkpoint_search as checkpoint_searching
 from .. import external_weights
 from ..answers import future
 from ..checkpoint_search import CheckpointSearchQuery
-from ..parsing import allow, body_object, parse, principal_of, query_int, tenant_of
+from ..parsing import body_object, parse, query_int
 from .registry import GzipOrJSON
 
 

@@ -16,6 +16,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam.resources import model_package_arn, model_package_group_arn
 from controlplane.registry import downloads, selectors, services
@@ -23,7 +24,7 @@ from controlplane.registry.download_response import package_download_response
 from controlplane.registry.models import ModelPackage, ModelPackageGroup
 
 from .. import bodies
-from ..parsing import allow, body_of, principal_of, query_int, tenant_of, text
+from ..parsing import body_of, query_int, text
 
 MAX_VERSION = 2**31 - 1
 MAX_PATH = 1000

@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError as SessionError
 from controlplane.iam.resources import sampler_arn
 from controlplane.training_sessions import selectors
@@ -15,7 +16,7 @@ from controlplane.training_sessions.services.sample_options import sample_option
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
 from ..answers import future
-from ..parsing import allow, body_object, parse, tenant_of
+from ..parsing import body_object, parse
 
 
 @api_view(["POST"])

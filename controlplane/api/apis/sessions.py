@@ -7,6 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
 from controlplane.iam.sessions import session_role
@@ -17,7 +18,7 @@ from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
 from .. import bodies, session_reports
-from ..parsing import allow, body_object, body_of, parse, principal_of, query_int, tenant_of, text
+from ..parsing import body_object, body_of, parse, query_int, text
 from ..session_queries import SessionSearchQuery
 from .models import placement_json
 

@@ -11,6 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
+from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError as SessionError
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
@@ -37,7 +38,7 @@ from .. import answers
 from ..answers import future
 from ..json_body import JSONBodyParser
 from ..negotiation import AlwaysJSON
-from ..parsing import allow, parse, tenant_of
+from ..parsing import parse
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
 EPHEMERAL_TTL_SECONDS = 24 * 3600

@@ -7,9 +7,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.controlplane.wire import ModelRun, datum, open_session
 from workers.telemetry import serve, watch_host
-
-from .wire import ModelRun, datum, open_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
