@@ -13,6 +13,7 @@ from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
 from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.selectors import failure_reasons
 
 from . import session_ops
 from . import session_reads as reads
@@ -94,7 +95,7 @@ def summary(request: HttpRequest, session: Session, models: list[TrainingModel])
     checkpoints = reads.checkpoint_rows(tenant=tenant, session=session) if may_list else None
     counts = reads.operation_count(tenant=tenant, session=session)
     return {
-        "failure": reads.failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
+        "failure": failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
         "models": models_view(models),
         "counts": counts,
         "operations_total": sum(counts.values()),

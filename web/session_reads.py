@@ -16,6 +16,7 @@ from controlplane.metering.models import UsageRecord
 from controlplane.registry.models import ModelPackage
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
+from controlplane.training_sessions.selectors import failure_reasons
 
 from .charts import Series
 
@@ -31,26 +32,6 @@ class SessionRow:
     operations: int
     tokens: int
     failure: str = ""  # why a failed session failed
-
-
-def failure_reasons(*, tenant: Tenant, sessions: Iterable[Session]) -> dict[str, str]:
-    """Why each failed session failed: the error of its model that could not be created."""
-    failed = [s.id for s in sessions if s.state == Session.State.FAILED]
-    if not failed:
-        return {}
-    reasons: dict[str, str] = {}
-    for session_id, error in (
-        Operation.objects.filter(
-            tenant=tenant,
-            session_id__in=failed,
-            kind=Operation.Kind.CREATE_MODEL,
-            status=Operation.Status.FAILED,
-        )
-        .order_by("created_at")
-        .values_list("session_id", "error")
-    ):
-        reasons.setdefault(session_id, error)
-    return reasons
 
 
 def live_session_count(*, tenant: Tenant) -> int:

@@ -1,5 +1,5 @@
 """Who is calling and whether they may: the caller's IAM principal (an API face's is the DRF
-request's user, found by ``controlplane.tenants.auth``; a dashboard page's is the logged-in user in
+request's user, found by ``controlplane.iam.authentication``; a dashboard page's is the logged-in user in
 the account they picked) and ``allow``, which authorizes it and audits the decision."""
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from django.db.models import Max
@@ -43,6 +44,26 @@ def session_list(*, tenant: Tenant, limit: int = 100, offset: int = 0) -> list[S
 def session_recoveries(session: Session, limit: int = 100) -> list[Recovery]:
     """The session's failovers, newest first."""
     return list(session.recoveries.order_by("-declared_at", "-id")[:limit])
+
+
+def failure_reasons(*, tenant: Tenant, sessions: Iterable[Session]) -> dict[str, str]:
+    """Why each failed session failed: the error of its model that could not be created."""
+    failed = [s.id for s in sessions if s.state == Session.State.FAILED]
+    if not failed:
+        return {}
+    reasons: dict[str, str] = {}
+    for session_id, error in (
+        Operation.objects.filter(
+            tenant=tenant,
+            session_id__in=failed,
+            kind=Operation.Kind.CREATE_MODEL,
+            status=Operation.Status.FAILED,
+        )
+        .order_by("created_at")
+        .values_list("session_id", "error")
+    ):
+        reasons.setdefault(session_id, error)
+    return reasons
 
 
 def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:

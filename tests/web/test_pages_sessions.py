@@ -186,6 +186,17 @@ def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_sl
     assert "failed" in listing and "CUDA out of memory" in listing
     overview = alice.get("/overview").content.decode()
     assert "CUDA out of memory" in overview
+    # the API says the same: sessions/<id> names why it failed
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.credentials(HTTP_X_API_KEY=alice.api_key)
+    described = api.get(f"/api/v1/sessions/{session.id}").json()
+    assert described["state"] == "failed"
+    assert "CUDA out of memory" in described["failure"]
+    theirs = APIClient()
+    theirs.credentials(HTTP_X_API_KEY=charlie.api_key)
+    assert theirs.get(f"/api/v1/sessions/{session.id}").status_code == 404
     # its quota slot is free again: another session can start
     again = alice.post("/sessions/new", form(alice, name="second"))
     assert again.status_code == 302, again.content.decode()[:2000]

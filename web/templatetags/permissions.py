@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django import template
 
-from .. import context as page_context
+from controlplane.edge.callers import can as principal_can
 
 register = template.Library()
 
@@ -16,4 +16,4 @@ def can(context, action: str, resource: str = "*") -> bool:
     request = context.get("request")
     if request is None or getattr(request, "principal", None) is None:
         return False
-    return page_context.can(request, action, resource)
+    return principal_can(request, action, resource)

@@ -30,6 +30,8 @@ def session_json(s: Session) -> dict:
         "session_id": s.id,
         "name": s.name,
         "state": s.state,
+        # why a failed session failed: the error of the model that could not be created
+        "failure": selectors.failure_reasons(tenant=s.tenant, sessions=[s]).get(s.id) or None,
         "created_at": s.created_at.isoformat(),
         "last_heartbeat_at": s.last_heartbeat_at.isoformat() if s.last_heartbeat_at else None,
         "ended_at": s.ended_at.isoformat() if s.ended_at else None,
