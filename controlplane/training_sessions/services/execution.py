@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from controlplane import rows
+from controlplane import row_mapper
 from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Fence
 from controlplane.metering.rollup import usage_write_ctes
@@ -89,7 +89,7 @@ def _returned(alias: str | None = None) -> str:
     alias ``alias``), after a call that makes the claim's commit not wait for the disk
     (``_claimed``)."""
     unflushed = "set_config('synchronous_commit', 'off', true)"
-    return f"{unflushed}, {rows.select_list(Operation, alias)}"
+    return f"{unflushed}, {row_mapper.select_list(Operation, alias)}"
 
 
 def _claimed(sql: str, params: list) -> list[Operation]:
@@ -103,7 +103,7 @@ def _claimed(sql: str, params: list) -> list[Operation]:
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [rows.load(Operation, row[1:]) for row in cursor.fetchall()]
+        return [row_mapper.load(Operation, row[1:]) for row in cursor.fetchall()]
 
 
 def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:

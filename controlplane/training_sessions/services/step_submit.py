@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from controlplane import dispatch, rows
+from controlplane import dispatch, row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
@@ -82,7 +82,7 @@ def training_step_submit(
         -1 if highest_token is None else highest_token,
         seq_id,
         *_operation_values(op),
-        *rows.insert_values(audit),
+        *row_mapper.insert_values(audit),
         now,
         stale,
         now,
@@ -141,7 +141,7 @@ def _statement() -> str:
             ON CONFLICT DO NOTHING  -- its seq_id, inserted meanwhile by a concurrent request
             RETURNING session_id, worker_id
         ), audit AS (
-            INSERT INTO {rows.insert_columns(AuditEvent)} SELECT {audit_values} FROM op
+            INSERT INTO {row_mapper.insert_columns(AuditEvent)} SELECT {audit_values} FROM op
         ), touched AS (
             UPDATE {models} t SET last_request_at = %s FROM m, op
             WHERE t.id = m.id AND m.last_request_at < %s

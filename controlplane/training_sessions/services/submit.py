@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from controlplane import dispatch, rows
+from controlplane import dispatch, row_mapper
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
@@ -269,7 +269,7 @@ def training_submit(
     # Every insert of a model's operation holds the model's row lock. A request that took this
     # seq_id while the lock was waited for is not in the look above (its snapshot is older):
     # the insert steps aside, and it is answered as a retry or a conflict.
-    if not rows.insert(op, unless_conflict=True):
+    if not row_mapper.insert(op, unless_conflict=True):
         existing = Operation.objects.select_related("worker").get(model=model, seq_id=seq_id)
         return _existing_or_conflict(
             existing, payload_digest, f"seq_id {seq_id} of model {model.id}"
@@ -289,8 +289,8 @@ def _model_locked(
     ops, workers = Operation._meta.db_table, Worker._meta.db_table
     lock = " FOR UPDATE OF m" if connection.features.has_select_for_update_of else ""
     sql = f"""
-        SELECT {rows.select_list(TrainingModel, "m")}, {rows.select_list(Session, "s")},
-               {rows.select_list(Worker, "w")}, e.id, e.payload_digest
+        SELECT {row_mapper.select_list(TrainingModel, "m")}, {row_mapper.select_list(Session, "s")},
+               {row_mapper.select_list(Worker, "w")}, e.id, e.payload_digest
         FROM {models} m
         JOIN {sessions} s ON s.id = m.session_id
         LEFT JOIN {workers} w ON w.id = m.worker_id
@@ -303,11 +303,11 @@ def _model_locked(
         row = cursor.fetchone()
     if row is None:
         return None
-    n_model, n_session = rows.width(TrainingModel), rows.width(Session)
-    model = rows.load(TrainingModel, row[:n_model])
-    model.session = rows.load(Session, row[n_model : n_model + n_session])
+    n_model, n_session = row_mapper.width(TrainingModel), row_mapper.width(Session)
+    model = row_mapper.load(TrainingModel, row[:n_model])
+    model.session = row_mapper.load(Session, row[n_model : n_model + n_session])
     worker_row = row[n_model + n_session : -2]
-    model.worker = rows.load(Worker, worker_row) if worker_row[0] is not None else None
+    model.worker = row_mapper.load(Worker, worker_row) if worker_row[0] is not None else None
     model.tenant = tenant
     return model, row[-2], row[-1]
 
