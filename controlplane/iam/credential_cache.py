@@ -18,6 +18,8 @@ import time
 from django.conf import settings
 from django.db import connection, transaction
 
+from controlplane import pg_listen
+
 CHANNEL = "loopwright_iam"
 
 
@@ -86,6 +88,8 @@ def _expired(key) -> bool:
 
 
 cache = CredentialCache()
+# another process's change empties it; so does (re)connecting, or losing, the listener
+pg_listen.listener.subscribe(CHANNEL, lambda _payload: cache.clear(), cache.clear)
 
 
 def usable() -> bool:
@@ -93,9 +97,7 @@ def usable() -> bool:
     the listener that hears other processes' changes in place."""
     if settings.AUTH_CACHE_SECONDS <= 0 or connection.vendor != "postgresql":
         return False
-    from controlplane.training_sessions.notify import listener
-
-    return listener.ensure_listening()
+    return pg_listen.listener.ensure_listening()
 
 
 def changed(**_kwargs) -> None:

@@ -22,8 +22,9 @@ from controlplane.fleet.models import BaseModel
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import checkpoint_arn, sampler_arn
+from controlplane.operations import admission, notices, sampling
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions import notify, selectors
+from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import (
     Operation,
@@ -31,7 +32,6 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
-from controlplane.training_sessions.services import submit
 from loopwright.types import ModelInput, SampleRequest, SamplingParams
 
 from . import rendering
@@ -40,7 +40,7 @@ from .rendering import Choice, RenderError
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 Authorize = Callable[[str, str], None]  # (action, resource ARN): raises AccessDenied
-OPEN = submit.OPEN_STATES
+OPEN = admission.OPEN_STATES
 CHECKPOINT_PREFIXES = ("tinker://", "arn:")
 ROLES = {"developer": "system"}  # OpenAI's newer name; chat templates know "system"
 
@@ -98,7 +98,7 @@ def _live_sampler(tenant: Tenant, model: TrainingModel, authorize: Authorize) ->
     )
     if sampler is None:
         authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
-        sampler = submit.sampler_create(
+        sampler = sampling.sampler_create(
             tenant=tenant,
             session_id=model.session_id,
             seq=None,
@@ -151,7 +151,7 @@ def _checkpoint_sampler(tenant: Tenant, path: str, authorize: Authorize) -> Samp
             field="model",
         )
     authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
-    return submit.sampler_create(
+    return sampling.sampler_create(
         tenant=tenant,
         session_id=session.id,
         seq=None,
@@ -277,7 +277,7 @@ def _submitted(
     with another number of prompts, is a 409."""
     if idempotency_key is None:
         return [
-            submit.sample_submit(
+            sampling.sample_submit(
                 tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
             )
             for payload in payloads
@@ -297,13 +297,13 @@ def _submitted(
             raise reused
         try:
             return [
-                submit.sample_submit(
+                sampling.sample_submit(
                     tenant=tenant,
                     sampling_session_id=sampler.id,
                     seq_id=None,
                     payload=payload,
                     idempotency_key=key,
-                    request_digest=submit.digest({"model": model, "payload": payload}),
+                    request_digest=admission.digest({"model": model, "payload": payload}),
                 )
                 for key, payload in zip(keys, payloads, strict=True)
             ]
@@ -347,7 +347,7 @@ def _payload(
 def operation_wait(op: Operation, deadline: float) -> Operation:
     """Wait until ``op`` finishes (woken by the worker's notice on PostgreSQL, else polling);
     past ``deadline`` (monotonic) it raises ``Timeout``: the operation still runs."""
-    op = notify.wait_finished(op, deadline)
+    op = notices.wait_finished(op, deadline)
     if op.status not in Operation.FINISHED:
         raise Timeout(
             f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "

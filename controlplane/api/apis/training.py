@@ -13,16 +13,11 @@ from rest_framework.response import Response
 from controlplane.audit.services import audited_transaction
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
-from controlplane.quotas.budget import budget_exhausted
+from controlplane.operations import sampling, training
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import SessionError
 from controlplane.training_sessions.models import Checkpoint, Operation, new_id
-from controlplane.training_sessions.services import (
-    checkpoint_plans,
-    step_submit,
-    submit,
-    vocabulary,
-)
+from controlplane.training_sessions.services import checkpoint_plans
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -33,10 +28,10 @@ from loopwright.types import (
     SaveWeightsRequest,
 )
 
-from .. import answers
-from ..answers import future
+from .. import operation_responses as responses
 from ..json_body import JSONBodyParser
 from ..negotiation import AlwaysJSON
+from ..operation_responses import future
 from ..parsing import allow, parse, tenant_of
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
@@ -44,17 +39,21 @@ EPHEMERAL_TTL_SECONDS = 24 * 3600
 
 
 def sequenced(kind: str):
-    """A refused training request still uses up its seq_id (see submit.training_reject).
+    """A refused training request still uses up its seq_id (see training.training_reject).
 
-    A training step (forward, forward_backward, optim_step) first tries the one-statement
-    submit; whatever it does not take goes the general way, which answers as it always has."""
+    A training step (forward, forward_backward, optim_step) is first offered to the
+    one-statement submit where there is one; whatever it does not take goes the general way,
+    which answers as it always has."""
 
     def wrap(view):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
             try:
                 request.data  # noqa: B018 (parsed here, so a body that does not parse is refused)
-                if kind in STEPS and (answered := _step(request, kind)) is not None:
+                if (
+                    training.one_statement_steps(kind)
+                    and (answered := _step(request, kind)) is not None
+                ):
                     return answered
                 with audited_transaction():  # the audit row and the operation: one commit
                     body = request.data if isinstance(request.data, dict) else {}
@@ -75,7 +74,7 @@ def _refused(request: Request, kind: str, exc: Exception) -> None:
     """Record a refused training request under its seq_id (a protobuf body that parsed but
     did not validate names its model and seq_id itself)."""
     body = request.data if isinstance(request.data, dict) else {}
-    submit.training_reject(
+    training.training_reject(
         tenant=tenant_of(request),
         model_id=getattr(exc, "model_id", None) or body.get("model_id"),
         seq_id=getattr(exc, "seq_id", None) or body.get("seq_id"),
@@ -102,10 +101,8 @@ STEPS = {
 
 
 def _step(request: Request, kind: str) -> Response | None:
-    """A training step submitted in one statement (``step_submit``), with its audit row; None
-    when that does not apply or does not take it, and nothing was written."""
-    if not step_submit.available():
-        return None
+    """A training step offered to the one-statement submit, with its IAM decision (written
+    with the operation); None when it was not taken, and nothing was written."""
     body = request.data
     if not isinstance(body, dict):
         return None
@@ -113,43 +110,32 @@ def _step(request: Request, kind: str) -> Response | None:
         req = STEPS[kind].model_validate(body)
     except ValidationError:
         return None
-    if not isinstance(req.seq_id, int) or req.seq_id < 1:
-        return None
     tenant = tenant_of(request)
-    decision, audit = decide(
-        request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request
-    )
-    if not decision.allowed:
-        return None
-    if kind in submit.TOKEN_KINDS and budget_exhausted(tenant=tenant):
-        return None
+    _, audit = decide(request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request)
     request_id = new_id("req")
-    waiter = answers.expect(request, request_id)
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    batch = payload.get("forward_input") or payload.get("forward_backward_input")
+    waiter = responses.expect(request, request_id)  # listening before the insert commits
     try:
-        op = step_submit.training_step_submit(
+        op = training.submit_step(
             tenant=tenant,
             model_id=req.model_id,
             seq_id=req.seq_id,
             kind=kind,
-            payload=payload,
+            payload=req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"}),
             audit=audit,
             request_id=request_id,
-            highest_token=vocabulary.highest_token(batch),
         )
-        if op is not None:
-            return answers.future(request, op, req.model_id, waiter)
     except BaseException:
-        answers.forget(request_id, waiter)
+        responses.forget(request_id, waiter)
         raise
-    answers.forget(request_id, waiter)
-    return None
+    if op is None:
+        responses.forget(request_id, waiter)
+        return None
+    return responses.future(request, op, req.model_id, waiter)
 
 
 def _submit(request: Request, req, kind: str, plan=None) -> Response:
     payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    op = submit.training_submit(
+    op = training.training_submit(
         tenant=tenant_of(request),
         model_id=req.model_id,
         seq_id=req.seq_id,
@@ -228,7 +214,7 @@ def save_weights_for_sampler(request: Request) -> Response:
             name=name,
             overwrite=True,
             ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
-            sampler_id=submit.new_sampler_id(),
+            sampler_id=sampling.new_sampler_id(),
         )
     else:
         name = checkpoint_plans.checkpoint_name(
@@ -275,7 +261,7 @@ def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
         **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
     )
     plan = checkpoint_plans.load_plan(tenant=tenant, path=req.path, optimizer=req.optimizer)
-    op = submit.model_create(
+    op = training.model_create(
         tenant=tenant,
         session_id=req.session_id,
         model_seq_id=req.model_seq_id,
@@ -309,7 +295,7 @@ def save_weights_external(request: Request) -> Response:
         merge=True,
     )
     payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    op = submit.training_submit(
+    op = training.training_submit(
         tenant=tenant_of(request),
         model_id=req.model_id,
         seq_id=req.seq_id,

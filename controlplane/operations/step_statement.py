@@ -1,7 +1,8 @@
 """A training step's submit as one statement, for the requests that make up a training loop
-(forward, forward_backward, optim_step with their next ``seq_id``, on PostgreSQL).
+(forward, forward_backward, optim_step with their next ``seq_id``, on PostgreSQL); taken by
+``training.submit_step`` where it applies.
 
-The statement locks the model's row, checks everything ``submit.training_submit`` checks before
+The statement locks the model's row, checks everything ``training.training_submit`` checks before
 it inserts (the model and its session take operations, the ``seq_id`` is not behind the model
 and not taken), inserts the operation (whose trigger wakes the worker), writes the request's
 audit row and the signs of life, and commits on its own: one round trip and one disk flush. It
@@ -23,9 +24,9 @@ from controlplane import dispatch, row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
+from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 
-from ..models import Operation, Session, TrainingModel, new_id
-from .submit import OPEN_STATES, TOUCH_SECONDS, digest
+from .admission import OPEN_STATES, TOUCH_SECONDS, digest
 
 READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the model's row rather than from a value
@@ -43,7 +44,7 @@ def available() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def training_step_submit(
+def submit(
     *,
     tenant: Tenant,
     model_id: str,

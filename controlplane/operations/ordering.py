@@ -17,9 +17,8 @@ from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
-
-from ..errors import SessionError
-from ..models import Operation, TrainingModel
+from controlplane.training_sessions.errors import SessionError
+from controlplane.training_sessions.models import Operation, TrainingModel
 
 
 class OutOfWindow(SessionError):
