@@ -28,7 +28,7 @@ from controlplane import dispatch
 from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
-from controlplane.metering.services import datum_tokens, input_tokens
+from controlplane.metering.tokens import work_tokens
 from controlplane.operations import claim, complete, ordering
 from controlplane.training_sessions.services import failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
@@ -86,20 +86,6 @@ class WorkerSettings:
             subnet_ids=_listed(env.get("LOOPWRIGHT_WORKER_SUBNETS", "")),
             security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
         )
-
-
-def work_tokens(kind: str, payload: dict) -> int | None:
-    """Tokens an operation puts through the model (sampling: the prompt and every new token it
-    may generate); None for kinds whose work is not counted in tokens."""
-    if kind == "forward_backward":
-        return datum_tokens((payload.get("forward_backward_input") or {}).get("data") or ())
-    if kind == "forward":
-        return datum_tokens((payload.get("forward_input") or {}).get("data") or ())
-    if kind == "sample":
-        params = payload.get("sampling_params") or {}
-        new = int(payload.get("num_samples") or 1) * int(params.get("max_tokens") or 0)
-        return input_tokens(payload.get("prompt") or {}) + new
-    return None
 
 
 def _listed(value: str) -> tuple[str, ...]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from controlplane.metering.tokens import work_tokens
 from workers.cpu_threads import SMALL_WORK, cpu_threads, threads_for
-from workers.runtime import work_tokens
 
 from .wire import create_model, datum, fwdbwd, open_session, result
 
