@@ -157,6 +157,12 @@ def model_unload(*, tenant: Tenant, model: TrainingModel, ending: bool = False) 
 
 
 # -- training operations ----------------------------------------------------------------------
+def request_payload(req) -> dict:
+    """What a training request's operation stores: its wire fields but those naming where and
+    when it runs (``model_id``, ``seq_id``) and its ``type``."""
+    return req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+
+
 def one_statement_steps(kind: str) -> bool:
     """Whether a ``kind`` request is tried with ``submit_step`` here: a training step,
     on PostgreSQL, outside any transaction (its statement commits by itself)."""

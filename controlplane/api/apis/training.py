@@ -13,11 +13,9 @@ from rest_framework.response import Response
 from controlplane.audit.services import audited_transaction
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
-from controlplane.operations import sampling, training
-from controlplane.training_sessions import selectors
+from controlplane.operations import training, weights
 from controlplane.training_sessions.errors import SessionError
-from controlplane.training_sessions.models import Checkpoint, Operation, new_id
-from controlplane.training_sessions.services import checkpoint_plans
+from controlplane.training_sessions.models import Operation, new_id
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -34,8 +32,6 @@ from ..negotiation import AlwaysJSON
 from ..operation_responses import future
 from ..parsing import allow, parse, tenant_of
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
-
-EPHEMERAL_TTL_SECONDS = 24 * 3600
 
 
 def sequenced(kind: str):
@@ -120,7 +116,7 @@ def _step(request: Request, kind: str) -> Response | None:
             model_id=req.model_id,
             seq_id=req.seq_id,
             kind=kind,
-            payload=req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"}),
+            payload=training.request_payload(req),
             audit=audit,
             request_id=request_id,
         )
@@ -133,15 +129,13 @@ def _step(request: Request, kind: str) -> Response | None:
     return responses.future(request, op, req.model_id, waiter)
 
 
-def _submit(request: Request, req, kind: str, plan=None) -> Response:
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
+def _submit(request: Request, req, kind: str) -> Response:
     op = training.training_submit(
         tenant=tenant_of(request),
         model_id=req.model_id,
         seq_id=req.seq_id,
         kind=kind,
-        payload=payload,
-        plan=plan,
+        payload=training.request_payload(req),
     )
     return future(request, op, req.model_id)
 
@@ -188,46 +182,16 @@ def optim_step(request: Request) -> Response:
 @sequenced(Operation.Kind.SAVE_WEIGHTS)
 def save_weights(request: Request) -> Response:
     req = parse(request, SaveWeightsRequest)
-    name = checkpoint_plans.checkpoint_name(
-        req.path, f"state-{req.seq_id}" if req.seq_id is not None else None
-    )
-    plan = checkpoint_plans.save_plan(
-        kind=Checkpoint.Kind.TRAINING,
-        name=name,
-        overwrite=req.overwrite,
-        ttl_seconds=req.ttl_seconds,
-    )
-    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS, plan)
+    op = weights.save_weights_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 @api_view(["POST"])
 @sequenced(Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
 def save_weights_for_sampler(request: Request) -> Response:
     req = parse(request, SaveWeightsForSamplerRequest)
-    if req.path is None and req.sampling_session_seq_id is not None:
-        # Ephemeral: the weights as of now, for a sampler the client uses at once.
-        name = checkpoint_plans.checkpoint_name(
-            None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}"
-        )
-        plan = checkpoint_plans.save_plan(
-            kind=Checkpoint.Kind.SAMPLER,
-            name=name,
-            overwrite=True,
-            ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
-            sampler_id=sampling.new_sampler_id(),
-        )
-    else:
-        name = checkpoint_plans.checkpoint_name(
-            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None, "sampler"
-        )
-        plan = checkpoint_plans.save_plan(
-            kind=Checkpoint.Kind.SAMPLER,
-            name=name,
-            overwrite=False,
-            ttl_seconds=req.ttl_seconds,
-            merge=req.merge_weights,
-        )
-    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER, plan)
+    op = weights.save_weights_for_sampler_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 @api_view(["POST"])
@@ -236,41 +200,21 @@ def load_weights(request: Request) -> Response:
     req = parse(request, LoadWeightsRequest)
     if req.model_id is None:
         return _load_new_model(request, req)
-    plan = checkpoint_plans.load_plan(
-        tenant=tenant_of(request), path=req.path, optimizer=req.optimizer
-    )
-    return _submit(request, req, Operation.Kind.LOAD_WEIGHTS, plan)
+    op = weights.load_weights_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
-    """A model made by loading a checkpoint (tinker SDK ≥ 0.38 resumes this way): created in
-    session ``session_id`` as its ``model_seq_id``, with the id the SDK derives from both,
-    shaped like the checkpoint's model, with the checkpoint loaded before its first step."""
-    if req.session_id is None or req.model_seq_id is None:
-        raise SessionError(
-            "give model_id, or session_id and model_seq_id for a new model", field="model_id"
-        )
+    """A model made by loading a checkpoint, authorized as a create_model of its shape."""
     tenant = tenant_of(request)
-    ckpt = selectors.checkpoint_by_path(tenant=tenant, tinker_path=req.path, field="path")
-    base_model = req.base_model or ckpt.base_model
-    lora = {k: v for k, v in ckpt.lora.items() if k != "alpha" or v is not None}
+    base_model, lora = weights.new_model_shape(tenant=tenant, req=req)
     allow(
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
         **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
     )
-    plan = checkpoint_plans.load_plan(tenant=tenant, path=req.path, optimizer=req.optimizer)
-    op = training.model_create(
-        tenant=tenant,
-        session_id=req.session_id,
-        model_seq_id=req.model_seq_id,
-        base_model=base_model,
-        lora=lora,
-        user_metadata=req.user_metadata,
-        model_id=f"{req.session_id}:train:{req.model_seq_id}",
-        load=({"path": req.path, "optimizer": req.optimizer}, plan),
-    )
+    op = weights.load_new_model(tenant=tenant, req=req, base_model=base_model, lora=lora)
     return future(request, op, op.model_id)
 
 
@@ -281,26 +225,5 @@ def save_weights_external(request: Request) -> Response:
     model, answered as ``tinker://<model_id>/external_weights/<name>``; its files are then
     downloaded through ``external_weights_urls``."""
     req = parse(request, SaveWeightsExternalRequest)
-    if req.age_encryption_recipients:
-        raise SessionError(
-            "age_encryption_recipients: not offered; the files are sealed with the account's "
-            "KMS key and downloaded by time-limited links (external_weights_urls)",
-            field="age_encryption_recipients",
-        )
-    plan = checkpoint_plans.save_plan(
-        kind=Checkpoint.Kind.SAMPLER,
-        name=checkpoint_plans.checkpoint_name(req.path, "external"),
-        overwrite=False,
-        ttl_seconds=req.ttl_seconds,
-        merge=True,
-    )
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    op = training.training_submit(
-        tenant=tenant_of(request),
-        model_id=req.model_id,
-        seq_id=req.seq_id,
-        kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
-        payload={**payload, "external": True},
-        plan=plan,
-    )
+    op = weights.save_weights_external_submit(tenant=tenant_of(request), req=req)
     return future(request, op, req.model_id)
