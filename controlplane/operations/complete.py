@@ -4,7 +4,8 @@ on, its effects applied and its usage rows written, in one transaction.
 Completing stores the result, advances ``next_seq`` and applies the operation's effects (model
 ready, checkpoint recorded and registered, sampler opened, model unloaded) at once; a kind with
 no effects is completed in one statement on PostgreSQL. Every completion is fenced by the
-worker's lease generation.
+worker's lease generation. A model that cannot be restored after its worker was lost fails
+with its unfinished operations (``restore_failed``).
 """
 
 from __future__ import annotations
