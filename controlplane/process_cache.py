@@ -9,26 +9,27 @@ in the changing transaction, delivered at its commit. All caches share one gener
 that started before a change never refills a cache after it, and ``AUTH_CACHE_SECONDS`` bounds
 how long any entry lives (0 turns the caches off).
 
-The apps that own the rows connect ``changed`` to their models' saves and deletes; the process's
-notice listener calls ``clear`` on each notice and says, through ``listen_with``, whether it
-hears them.
+The apps that own the rows connect ``changed`` to their models' saves and deletes; the
+process's shared notice listener (``controlplane.pg_listen``) calls ``clear`` on each notice and
+whenever it (re)connects or stops.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 
 from django.conf import settings
 from django.db import connection, transaction
+
+from controlplane import pg_listen
 
 CHANNEL = "loopwright_iam"
 
 _lock = threading.Lock()
 _generation = 0
 _caches: list[ProcessCache] = []
-_listening: Callable[[], bool] | None = None
 
 
 class ProcessCache:
@@ -83,19 +84,12 @@ def clear() -> None:
             cache._entries.clear()
 
 
-def listen_with(listening: Callable[[], bool]) -> None:
-    """``listening()`` starts this process's notice listener if needed and says whether it
-    hears notices now (until it does, the caches are not used)."""
-    global _listening
-    _listening = listening
-
-
 def usable() -> bool:
     """Whether lookups may be served from the caches in this process now: on PostgreSQL, with
     the listener that hears other processes' changes in place."""
     if settings.AUTH_CACHE_SECONDS <= 0 or connection.vendor != "postgresql":
         return False
-    return _listening is not None and _listening()
+    return pg_listen.listener.ensure_listening()
 
 
 def changed(**_kwargs) -> None:
@@ -106,3 +100,7 @@ def changed(**_kwargs) -> None:
         with connection.cursor() as cur:
             cur.execute("SELECT pg_notify(%s, '')", [CHANNEL])
     transaction.on_commit(clear)
+
+
+# another process's change empties every cache; so does (re)connecting, or losing, the listener
+pg_listen.listener.subscribe(CHANNEL, lambda _payload: clear(), clear)

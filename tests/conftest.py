@@ -15,7 +15,7 @@ def django_db_setup(django_db_setup):
     """The test database, as pytest-django makes it; before it is dropped, this process's
     listening connection (IAM changes, finished operations) is closed."""
     yield
-    from controlplane.training_sessions.notify import listener
+    from controlplane.pg_listen import listener
 
     listener.stop()
 

@@ -28,14 +28,9 @@ from controlplane import dispatch
 from controlplane.fleet import services as fleet
 from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
-from controlplane.metering.services import datum_tokens, input_tokens
-from controlplane.training_sessions.services import (
-    execution,
-    failover,
-    placement,
-    recovery,
-    sequence,
-)
+from controlplane.metering.tokens import work_tokens
+from controlplane.operations import claim, complete, ordering
+from controlplane.training_sessions.services import failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
 
 from .cpu_threads import cpu_threads, threads_for
@@ -91,20 +86,6 @@ class WorkerSettings:
             subnet_ids=_listed(env.get("LOOPWRIGHT_WORKER_SUBNETS", "")),
             security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
         )
-
-
-def work_tokens(kind: str, payload: dict) -> int | None:
-    """Tokens an operation puts through the model (sampling: the prompt and every new token it
-    may generate); None for kinds whose work is not counted in tokens."""
-    if kind == "forward_backward":
-        return datum_tokens((payload.get("forward_backward_input") or {}).get("data") or ())
-    if kind == "forward":
-        return datum_tokens((payload.get("forward_input") or {}).get("data") or ())
-    if kind == "sample":
-        params = payload.get("sampling_params") or {}
-        new = int(payload.get("num_samples") or 1) * int(params.get("max_tokens") or 0)
-        return input_tokens(payload.get("prompt") or {}) + new
-    return None
 
 
 def _listed(value: str) -> tuple[str, ...]:
@@ -262,10 +243,10 @@ class WorkerRuntime:
             finally:
                 self._drain_lock.release()
         self._place_waiting()
-        sequence.settle_gaps(worker=self.worker)  # one row per gap, however long
+        ordering.settle_gaps(worker=self.worker)  # one row per gap, however long
         if self._models_to_restore():
             self._restores_due.set()
-        waiting = execution.has_waiting_work(worker=self.worker)
+        waiting = claim.has_waiting_work(worker=self.worker)
         if waiting or self.snapshots.due_by_time() or self._restores_due.is_set():
             if self.wake is not None:
                 self.wake.poke()
@@ -307,7 +288,7 @@ class WorkerRuntime:
                 return 0
             try:
                 return self._drain()
-            except execution.Fenced:
+            except complete.Fenced:
                 self._reset()
                 return 0
 
@@ -321,7 +302,7 @@ class WorkerRuntime:
             if not progressed and not idle:
                 # Nothing runnable: step over requests refused on arrival, then look again
                 # (seq_ids that never arrived are settled by the heartbeat, not here).
-                progressed = sequence.step_over_finished(worker=self.worker)
+                progressed = ordering.step_over_finished(worker=self.worker)
             ran += progressed
             if self._stop.is_set():
                 return ran
@@ -341,7 +322,7 @@ class WorkerRuntime:
         (then the other claims are not even tried)."""
         progressed = 0
         served: list[str] = []
-        while op := execution.claim_next_training(fence=self.fence, skip=served):
+        while op := claim.claim_next_training(fence=self.fence, skip=served):
             with structlog.contextvars.bound_contextvars(operation_id=op.pk, kind=op.kind):
                 outcome = self._training(op)
                 waiting = self._finish(op, outcome)
@@ -353,7 +334,7 @@ class WorkerRuntime:
                 return progressed, True
             if not (self._waiting() if waiting is None else waiting):
                 return progressed, True
-        claimed = execution.claim_samples(fence=self.fence, limit=SAMPLE_BATCH)
+        claimed = claim.claim_samples(fence=self.fence, limit=SAMPLE_BATCH)
         if claimed:
             ids = [op.pk for op in claimed]
             with structlog.contextvars.bound_contextvars(operation_ids=ids, kind="sample"):
@@ -364,7 +345,7 @@ class WorkerRuntime:
         return progressed, False
 
     def _waiting(self) -> bool:
-        return execution.has_waiting_work(worker=self.worker, older_than_seconds=None)
+        return claim.has_waiting_work(worker=self.worker, older_than_seconds=None)
 
     def _samples(self, claimed: list) -> int:
         """Run and record a batch of samples; how many ran (not put back to wait)."""
@@ -460,7 +441,7 @@ class WorkerRuntime:
             if passing and tries < RESTORE_ATTEMPTS:
                 return Outcome(error=f"restoring model {model_id}: {exc}", retry=True)
             return Outcome(
-                error=recovery.restore_failed(
+                error=complete.restore_failed(
                     model_id=model_id, worker_name=self.name, why=outcome.error or str(exc)
                 ),
                 category="server",
@@ -491,19 +472,19 @@ class WorkerRuntime:
         not known)."""
         try:
             if outcome.retry:  # not run: pending again, for a later pass
-                execution.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
+                claim.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
                 operation_recorded(op, "retried")
                 return None
             if outcome.ok:
-                waiting = execution.complete(op, outcome.result or {}, self.fence)
+                waiting = complete.complete(op, outcome.result or {}, self.fence)
                 operation_recorded(op, "done")
                 # after the commit: a snapshot never holds a state the database has not
                 self.snapshots.ran(op, outcome.result or {}, self.fence)
                 return waiting
-            execution.fail(op, outcome.error or "failed", outcome.category, self.fence)
+            complete.fail(op, outcome.error or "failed", outcome.category, self.fence)
             operation_recorded(op, "failed")
             return None
-        except execution.ClaimLost:
+        except complete.ClaimLost:
             # The database lost the claim (it crashed before the claim reached its disk): the
             # operation is pending again, and runs again after the model is restored.
             log.warning("%s lost its claim; it runs again", op.pk)
@@ -525,7 +506,7 @@ class WorkerRuntime:
 
     def _requeue_unrecorded(self) -> None:
         for request_id in sorted(self._unrecorded):
-            execution.requeue(request_id=request_id, fence=self.fence)
+            claim.requeue(request_id=request_id, fence=self.fence)
             self._unrecorded.discard(request_id)
 
 

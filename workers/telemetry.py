@@ -18,7 +18,7 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from controlplane import metrics
-from controlplane.metering.services import operation_usage
+from controlplane.metering.tokens import operation_usage
 
 log = logging.getLogger("loopwright.worker")
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from django.db import close_old_connections
 
 from controlplane.dispatch import WAKE_CHANNEL
-from controlplane.training_sessions.notify import connect_params
+from controlplane.pg_listen import connect_params
 
 log = logging.getLogger("loopwright.worker")
 RECONNECT_SECONDS = 1.0

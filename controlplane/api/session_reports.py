@@ -12,10 +12,10 @@ from django.db.models import Count, Max, Min, Sum
 
 from controlplane.errors import DomainError
 from controlplane.metering.models import Meter, UsageRecord
+from controlplane.operations.session_end import session_stop
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
 from controlplane.training_sessions.selectors import session_get
-from controlplane.training_sessions.services.sessions import session_stop
 
 from .models import SessionFinish
 

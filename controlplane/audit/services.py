@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane import rows
+from controlplane import row_mapper
 from controlplane.tenants.models import Tenant
 
 from . import outcomes
@@ -70,7 +70,7 @@ def audit_save(event: AuditEvent) -> AuditEvent:
     pending = outcomes.needs_outcome(event)
     if pending and held is not None:
         event.outcome = AuditEvent.Outcome.SUCCEEDED
-    rows.insert(event)
+    row_mapper.insert(event)
     if held is not None:
         held.append(event)
     elif pending:

@@ -14,6 +14,7 @@ from django.db import close_old_connections
 from controlplane.audit.services import audit_prune
 from controlplane.billing.services import billing_push
 from controlplane.kms.services import keys_purge
+from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.quotas.ratelimit import request_counts_prune
 from controlplane.registry.services import packages_expire
 from controlplane.tenants.logins import login_failures_prune
@@ -23,7 +24,6 @@ from controlplane.training_sessions.services.placement import (
     samplers_place_waiting,
 )
 from controlplane.training_sessions.services.retention import checkpoints_expire
-from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
 log = logging.getLogger("loopwright.janitor")
 

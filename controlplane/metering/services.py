@@ -1,9 +1,8 @@
 """Every write of metering: usage rows for a completed operation, counted from its request and
-result, and the price book."""
+result (``tokens``), and the price book."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from decimal import Decimal
 
@@ -15,38 +14,7 @@ from controlplane.training_sessions.models import Operation
 
 from .models import ANY_BASE_MODEL, Meter, PricePoint, UsageRecord
 from .rollup import usage_rows_write
-
-
-def input_tokens(model_input: dict) -> int:
-    """Tokens of a wire ``ModelInput``: token chunks by length, images by their declared size."""
-    total = 0
-    for chunk in model_input.get("chunks") or ():
-        if chunk.get("type", "encoded_text") == "encoded_text":
-            total += len(chunk.get("tokens") or ())
-        else:
-            total += int(chunk.get("expected_tokens") or 0)
-    return total
-
-
-def datum_tokens(data: Iterable[dict]) -> int:
-    return sum(input_tokens(d.get("model_input") or {}) for d in data)
-
-
-def operation_usage(kind: str, payload: dict, result: dict) -> dict[str, int]:
-    """Tokens per meter of one completed operation; kinds that process no tokens have none."""
-    if kind == Operation.Kind.FORWARD_BACKWARD:
-        data = (payload.get("forward_backward_input") or {}).get("data") or ()
-        return {Meter.TRAIN_TOKENS: datum_tokens(data)}
-    if kind == Operation.Kind.FORWARD:
-        data = (payload.get("forward_input") or {}).get("data") or ()
-        return {Meter.FORWARD_TOKENS: datum_tokens(data)}
-    if kind == Operation.Kind.SAMPLE:
-        sequences = result.get("sequences") or ()
-        return {
-            Meter.PREFILL_TOKENS: input_tokens(payload.get("prompt") or {}),
-            Meter.SAMPLED_TOKENS: sum(len(s.get("tokens") or ()) for s in sequences),
-        }
-    return {}
+from .tokens import operation_usage
 
 
 def usage_record_for(op: Operation) -> list[UsageRecord]:

@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.operations.admission import OPEN_STATES
 from controlplane.registry.models import ModelPackage
 from controlplane.registry.services import package_arn
 from controlplane.tenants.models import Tenant
@@ -16,7 +17,6 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
-from controlplane.training_sessions.services.submit import OPEN_STATES
 
 from .errors import ModelNotFound
 

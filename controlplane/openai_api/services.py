@@ -22,8 +22,9 @@ from controlplane.fleet.models import BaseModel
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import checkpoint_arn, sampler_arn
+from controlplane.operations import admission, notices, sampling
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions import notify, selectors
+from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import (
     Operation,
@@ -31,7 +32,6 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
-from controlplane.training_sessions.services import submit
 from loopwright.types import ModelInput, SampleRequest, SamplingParams
 
 from . import rendering
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 Authorize = Callable[[str, str], None]  # (action, resource ARN): raises AccessDenied
-OPEN = submit.OPEN_STATES
+OPEN = admission.OPEN_STATES
 CHECKPOINT_PREFIXES = ("tinker://", "arn:")
 ROLES = {"developer": "system"}  # OpenAI's newer name; chat templates know "system"
 
@@ -101,7 +101,7 @@ def _live_sampler(tenant: Tenant, model: TrainingModel, authorize: Authorize) ->
     )
     if sampler is None:
         authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
-        sampler = submit.sampler_create(
+        sampler = sampling.sampler_create(
             tenant=tenant,
             session_id=model.session_id,
             seq=None,
@@ -154,7 +154,7 @@ def _checkpoint_sampler(tenant: Tenant, path: str, authorize: Authorize) -> Samp
             field="model",
         )
     authorize("sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
-    return submit.sampler_create(
+    return sampling.sampler_create(
         tenant=tenant,
         session_id=session.id,
         seq=None,
@@ -280,7 +280,7 @@ def _submitted(
     with another number of prompts, is a 409."""
     if idempotency_key is None:
         return [
-            submit.sample_submit(
+            sampling.sample_submit(
                 tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
             )
             for payload in payloads
@@ -300,13 +300,13 @@ def _submitted(
             raise reused
         try:
             return [
-                submit.sample_submit(
+                sampling.sample_submit(
                     tenant=tenant,
                     sampling_session_id=sampler.id,
                     seq_id=None,
                     payload=payload,
                     idempotency_key=key,
-                    request_digest=submit.digest({"model": model, "payload": payload}),
+                    request_digest=admission.digest({"model": model, "payload": payload}),
                 )
                 for key, payload in zip(keys, payloads, strict=True)
             ]
@@ -350,7 +350,7 @@ def _payload(
 def operation_wait(op: Operation, deadline: float) -> Operation:
     """Wait until ``op`` finishes (woken by the worker's notice on PostgreSQL, else polling);
     past ``deadline`` (monotonic) it raises ``Timeout``: the operation still runs."""
-    op = notify.wait_finished(op, deadline)
+    op = notices.wait_finished(op, deadline)
     if op.status not in Operation.FINISHED:
         raise Timeout(
             f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
+from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.training_sessions.models import Session
-from controlplane.training_sessions.services.sessions import sessions_expire_idle
 
 from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session, result

@@ -234,14 +234,14 @@ def test_a_request_refused_on_arrival_does_not_block_later_ones(alice, runtime) 
 
 
 def test_a_seq_id_that_never_arrives_times_out(alice, runtime) -> None:
-    from controlplane.training_sessions.services import sequence
+    from controlplane.operations import ordering
 
     sid = open_session(alice)
     mid = create_model(alice, runtime, sid)
     later = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])])).json()
     runtime.drain()
-    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0  # still waiting
-    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
+    assert ordering.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0  # still waiting
+    assert ordering.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
     assert "metrics" in result(alice, runtime, later)
     missing = Operation.objects.get(model_id=mid, seq_id=1)
     assert missing.status == "failed" and "never arrived" in missing.error

@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from controlplane.iam import credential_cache
-from controlplane.training_sessions.notify import connect_params
+from controlplane.pg_listen import connect_params
 
 pytestmark = pytest.mark.django_db
 

@@ -15,13 +15,14 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import Worker
 from controlplane.metering.models import UsageRecord
+from controlplane.operations import claim, complete
 from controlplane.training_sessions.models import (
     Operation,
     Recovery,
     SamplingSession,
     TrainingModel,
 )
-from controlplane.training_sessions.services import execution, failover
+from controlplane.training_sessions.services import failover
 from workers.runtime import WorkerRuntime, WorkerSettings
 
 from .conftest import TINY
@@ -106,7 +107,7 @@ def test_a_silent_worker_is_declared_dead_once_and_its_model_ends_as_if_nothing_
     for fut in done:
         assert "metrics" in result(alice, a, fut)
     running = alice.post("forward_backward", fwdbwd(model_id, 7, [datum([5, 6, 7, 8])])).json()
-    assert execution.claim_next_training(fence=a.fence).pk == running["request_id"]  # in flight
+    assert claim.claim_next_training(fence=a.fence).pk == running["request_id"]  # in flight
     b = start("b")
     lease_runs_out(a)
 
@@ -183,14 +184,14 @@ def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start
     b = start("b")
     model_id = create_model(alice, a, open_session(alice))
     fut = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
-    op = execution.claim_next_training(fence=a.fence)
+    op = claim.claim_next_training(fence=a.fence)
     old = a.fence
     lease_runs_out(a)
     failover.workers_declare_dead(by="test")
-    with pytest.raises(execution.Fenced):  # its completion under the old generation
-        execution.complete(op, {"metrics": {}, "loss_fn_outputs": []}, old)
-    assert execution.claim_next_training(fence=old) is None  # nor can it claim
-    assert execution.claim_samples(fence=old, limit=8) == []
+    with pytest.raises(complete.Fenced):  # its completion under the old generation
+        complete.complete(op, {"metrics": {}, "loss_fn_outputs": []}, old)
+    assert claim.claim_next_training(fence=old) is None  # nor can it claim
+    assert claim.claim_samples(fence=old, limit=8) == []
     assert Operation.objects.get(pk=op.pk).status == "pending"
 
     a.beat()  # its heartbeat finds the lease gone: it drops everything, registers anew
@@ -397,7 +398,7 @@ def test_a_snapshot_goes_when_its_session_ends(alice, start) -> None:
 def test_a_model_with_a_settled_gap_fails_over_and_replays_exactly(alice, start) -> None:
     """seq_ids 3 to 6 never arrive and are settled as one range; a request refused on arrival
     takes seq_id 8; the model then moves and replays exactly what ran, skipping both."""
-    from controlplane.training_sessions.services import sequence
+    from controlplane.operations import ordering
 
     a = start("a")
     model_id = create_model(alice, a, open_session(alice))
@@ -407,11 +408,11 @@ def test_a_model_with_a_settled_gap_fails_over_and_replays_exactly(alice, start)
     refused = alice.post("save_weights", {"model_id": model_id, "seq_id": 9, "path": "bad!"})
     assert refused.status_code == 400
     tail = steps(alice, model_id, 10, 1)  # seq 10, 11
-    assert sequence.settle_gaps(worker=a.worker, gap_seconds=0) == 1
+    assert ordering.settle_gaps(worker=a.worker, gap_seconds=0) == 1
     for fut in [*after_gap, *tail]:
         assert "metrics" in result(alice, a, fut)
     missing = Operation.objects.get(model_id=model_id, kind="missing")
-    assert sequence.missing_range(missing) == (3, 6)
+    assert ordering.missing_range(missing) == (3, 6)
 
     b = start("b")
     lease_runs_out(a)

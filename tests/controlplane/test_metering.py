@@ -15,9 +15,9 @@ from django.utils import timezone
 from controlplane.metering.models import PricePoint, UsageRecord
 from controlplane.metering.rollup import usage_rows_write
 from controlplane.metering.services import price_set, usage_record_for
+from controlplane.operations import complete
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Operation
-from controlplane.training_sessions.services import execution
 
 from .conftest import TINY, Person, member
 from .wire import create_model, datum, fwdbwd, open_session, result
@@ -109,11 +109,11 @@ def test_usage_equals_tokens_counted_from_requests_and_results(alice, scripted) 
 def test_completing_again_adds_nothing(scripted, runtime) -> None:
     before = _usage()
     for op in Operation.objects.filter(kind__in=["forward_backward", "forward", "sample"]):
-        execution.complete(
+        complete.complete(
             op, op.result, runtime.fence
         )  # a redelivered completion: no longer running
         Operation.objects.filter(pk=op.pk).update(status=Operation.Status.RUNNING)
-        execution.complete(
+        complete.complete(
             op, op.result, runtime.fence
         )  # completed again after a worker lost track of it
         usage_record_for(op)

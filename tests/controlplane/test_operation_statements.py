@@ -14,11 +14,11 @@ from django.db import OperationalError, connection
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
+from controlplane import pg_listen
 from controlplane.metering.models import UsageDaily, UsageRecord
 from controlplane.metering.rollup import daily_rebuild
-from controlplane.training_sessions import notify
+from controlplane.operations import claim, complete, notices
 from controlplane.training_sessions.models import Operation, Recovery, TrainingModel
-from controlplane.training_sessions.services import execution
 
 from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session, result
@@ -34,17 +34,17 @@ def postgres():
 
 def _database_goes_away_once(monkeypatch) -> None:
     """The next completion the worker records fails as if the database had gone away."""
-    real = execution.complete
+    real = complete.complete
 
     def gone(op, result, fence):
-        monkeypatch.setattr(execution, "complete", real)
+        monkeypatch.setattr(complete, "complete", real)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(execution, "complete", gone)
+    monkeypatch.setattr(complete, "complete", gone)
 
 
 def _listening(*channels: str) -> psycopg.Connection:
-    conn = psycopg.connect(autocommit=True, **notify.connect_params())
+    conn = psycopg.connect(autocommit=True, **pg_listen.connect_params())
     for channel in channels:
         conn.execute(f"LISTEN {channel}")
     return conn
@@ -59,15 +59,15 @@ def test_a_submit_wakes_its_worker_and_a_completion_carries_its_state(
 ) -> None:
     session = open_session(alice)
     model_id = create_model(alice, runtime, session)
-    with _listening("loopwright_wake", notify.CHANNEL) as conn:
+    with _listening("loopwright_wake", notices.CHANNEL) as conn:
         r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3, 4])]))
         assert r.status_code == 200, r.content
         request_id = r.json()["request_id"]
         assert ("loopwright_wake", runtime.worker.queue) in _notices(conn, 1.0)
         runtime.drain()
-        notes = [p for c, p in _notices(conn) if c == notify.CHANNEL]
+        notes = [p for c, p in _notices(conn) if c == notices.CHANNEL]
     op = Operation.objects.get(pk=request_id)
-    mine = [notify.parse_notice(p) for p in notes if json.loads(p)["id"] == request_id]
+    mine = [notices.parse_notice(p) for p in notes if json.loads(p)["id"] == request_id]
     assert mine == [
         (request_id, {"status": "done", "result": op.result, "error": "", "error_category": ""})
     ]
@@ -84,7 +84,7 @@ def test_a_failure_notice_names_the_error_and_a_large_result_only_the_id(
     session = open_session(alice)
     model_id = create_model(alice, runtime, session)
     long = list(range(1, 255)) * 2  # ~500 tokens: a result over a notice's 8,000 bytes
-    with _listening(notify.CHANNEL) as conn:
+    with _listening(notices.CHANNEL) as conn:
         bad = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2], targets=[1])]))
         forward_input = {"data": [datum(long)], "loss_fn": "cross_entropy"}
         big = alice.post(
@@ -92,7 +92,7 @@ def test_a_failure_notice_names_the_error_and_a_large_result_only_the_id(
         )
         assert big.status_code == 200, big.content
         runtime.drain()
-        notes = dict(notify.parse_notice(p) for c, p in _notices(conn))
+        notes = dict(notices.parse_notice(p) for c, p in _notices(conn))
     failed = Operation.objects.get(pk=bad.json()["request_id"])
     assert failed.status == "failed"
     assert notes[failed.pk] == {
@@ -115,16 +115,16 @@ def test_the_claim_takes_each_models_next_operation_oldest_first(postgres, alice
     for model_id, seq in ((a, 2), (b, 1), (a, 1)):  # a's seq 2 waits for its seq 1
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = execution.claim_next_training(fence=runtime.fence)
+    first = claim.claim_next_training(fence=runtime.fence)
     assert (first.model_id, first.seq_id, first.status) == (b, 1, "running")
     assert Operation.objects.get(pk=first.pk).status == "running"
-    second = execution.claim_next_training(fence=runtime.fence, skip=[b])
+    second = claim.claim_next_training(fence=runtime.fence, skip=[b])
     assert (second.model_id, second.seq_id) == (a, 1)
     # a's seq 2 is not runnable until seq 1 completes, b has nothing left
-    assert execution.claim_next_training(fence=runtime.fence) is None
-    execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
-    assert execution.claim_next_training(fence=runtime.fence, skip=[a]) is None
-    third = execution.claim_next_training(fence=runtime.fence)
+    assert claim.claim_next_training(fence=runtime.fence) is None
+    complete.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
+    assert claim.claim_next_training(fence=runtime.fence, skip=[a]) is None
+    third = claim.claim_next_training(fence=runtime.fence)
     assert (third.model_id, third.seq_id) == (a, 2)
 
 
@@ -135,9 +135,9 @@ def test_one_statement_completion_meters_as_the_general_path(postgres, alice, ru
     for seq, n in enumerate(sizes, start=1):
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum(list(range(1, n + 1)))]))
         assert r.status_code == 200, r.content
-    op = execution.claim_next_training(fence=runtime.fence)
-    execution.complete(op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
-    execution.complete(
+    op = claim.claim_next_training(fence=runtime.fence)
+    complete.complete(op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
+    complete.complete(
         op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence
     )  # again: nothing more
     runtime.drain()
@@ -229,12 +229,12 @@ def test_samples_are_claimed_together_oldest_first(alice, runtime) -> None:
         r = alice.post("asample", body)
         assert r.status_code == 200, r.content
         ids.append(r.json()["request_id"])
-    first = execution.claim_samples(fence=runtime.fence, limit=3)
+    first = claim.claim_samples(fence=runtime.fence, limit=3)
     assert [op.pk for op in first] == ids[:3]
     assert all(op.status == "running" for op in first)
-    rest = execution.claim_samples(fence=runtime.fence, limit=10)
+    rest = claim.claim_samples(fence=runtime.fence, limit=10)
     assert [op.pk for op in rest] == ids[3:]
-    assert execution.claim_samples(fence=runtime.fence, limit=10) == []
+    assert claim.claim_samples(fence=runtime.fence, limit=10) == []
 
 
 def test_a_claim_the_database_lost_is_not_applied_twice(alice, runtime, monkeypatch) -> None:
@@ -287,15 +287,15 @@ def test_samples_the_database_could_not_take_run_again(alice, runtime, monkeypat
         ).json()
         for seq in (1, 2)
     ]
-    real = execution.complete
+    real = complete.complete
     first_run: dict[str, list] = {}
 
     def gone(op, result, fence):  # the first completion fails; the rest are not even tried
         first_run[op.pk] = [s["tokens"] for s in result["sequences"]]
-        monkeypatch.setattr(execution, "complete", real)
+        monkeypatch.setattr(complete, "complete", real)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(execution, "complete", gone)
+    monkeypatch.setattr(complete, "complete", gone)
     with pytest.raises(OperationalError):
         runtime.drain()
     assert not Operation.objects.filter(status="pending").exists()
@@ -322,9 +322,9 @@ def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
 ) -> None:
     model_id = create_model(alice, runtime, open_session(alice))
     r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
-    claimed = execution.claim_next_training(fence=runtime.fence)
+    claimed = claim.claim_next_training(fence=runtime.fence)
     assert claimed.pk == r.json()["request_id"] and not connection.in_atomic_block
-    with psycopg.connect(**notify.connect_params()) as other:  # committed: others see it
+    with psycopg.connect(**pg_listen.connect_params()) as other:  # committed: others see it
         status = other.execute(
             f"SELECT status FROM {Operation._meta.db_table} WHERE id = %s", [claimed.pk]
         ).fetchone()
@@ -356,12 +356,10 @@ def test_what_the_completion_finds_waiting_is_run_in_the_same_drain(
     for seq in (1, 2):  # the second becomes runnable only when the first completes
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = execution.claim_next_training(fence=runtime.fence)
-    assert execution.complete(first, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is True
-    second = execution.claim_next_training(fence=runtime.fence)
-    assert (
-        execution.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is False
-    )
+    first = claim.claim_next_training(fence=runtime.fence)
+    assert complete.complete(first, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is True
+    second = claim.claim_next_training(fence=runtime.fence)
+    assert complete.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is False
     for seq in (3, 4):
         alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
     assert runtime.drain() == 2  # one drain: the look after seq 3 found seq 4

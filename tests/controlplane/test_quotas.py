@@ -15,10 +15,11 @@ from django.utils import timezone
 
 from controlplane.audit.models import AuditEvent
 from controlplane.errors import QuotaExceeded
+from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.quotas import ratelimit
 from controlplane.quotas.models import RequestCount
 from controlplane.training_sessions.models import Session
-from controlplane.training_sessions.services.sessions import session_create, sessions_expire_idle
+from controlplane.training_sessions.services.sessions import session_create
 
 from .wire import create_model, open_session
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from controlplane.operations import ordering
 from controlplane.training_sessions.models import Operation, TrainingModel
-from controlplane.training_sessions.services import sequence
 
 from .wire import create_model, datum, fwdbwd, open_session, result
 
@@ -50,10 +50,10 @@ def test_a_long_gap_is_settled_as_one_row_in_one_go(alice, runtime):
     assert Operation.objects.get(pk=unload["request_id"]).seq_id == 1000
     assert runtime.drain() == 0  # nothing runnable, and the loop does not settle gaps
     started = time.perf_counter()
-    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
+    assert ordering.settle_gaps(worker=runtime.worker, gap_seconds=0) == 1
     assert time.perf_counter() - started < 2.0
     missing = Operation.objects.get(model_id=mid, kind="missing")
-    assert (missing.seq_id, sequence.missing_range(missing)) == (1, (1, 998))
+    assert (missing.seq_id, ordering.missing_range(missing)) == (1, (1, 998))
     assert missing.status == "failed" and "seq_ids 1 to 998 never arrived" in missing.error
     assert TrainingModel.objects.get(pk=mid).next_seq == 999  # the refused one is stepped over
     assert result(alice, runtime, unload) == {"model_id": mid, "type": "unload_model"}
@@ -79,5 +79,5 @@ def test_the_heartbeat_settles_gaps_and_the_loop_steps_over_refusals(alice, runt
 def test_a_gap_inside_the_window_waits_while_the_model_waits_for_a_worker(alice, runtime):
     mid = create_model(alice, runtime, open_session(alice))
     alice.post("forward_backward", fwdbwd(mid, 10, [datum([1, 2])]))
-    assert sequence.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0
+    assert ordering.settle_gaps(worker=runtime.worker, gap_seconds=3600) == 0
     assert not Operation.objects.filter(model_id=mid, kind="missing").exists()

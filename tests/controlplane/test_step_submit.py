@@ -1,4 +1,4 @@
-"""A training step's submit in one statement (``step_submit``): it writes exactly what the
+"""A training step's submit in one statement (``step_statement``): it writes exactly what the
 general path writes, or nothing at all, and everything it does not take is answered by the
 general path as before. The wire tests of training run here again, on this path: outside a
 test transaction, where the statement commits by itself."""
@@ -14,12 +14,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from controlplane import pg_listen
 from controlplane.audit.models import AuditEvent
 from controlplane.audit.services import audit_event
 from controlplane.iam.resources import model_arn
-from controlplane.training_sessions import notify
+from controlplane.operations import step_statement
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
-from controlplane.training_sessions.services import step_submit
 
 from .test_api_iam import test_an_inline_deny_stops_training_and_the_audit_log_says_why  # noqa: F401
 from .test_api_training import (  # noqa: F401
@@ -65,7 +65,7 @@ def test_it_writes_what_the_general_path_writes(alice, runtime, monkeypatch) -> 
     written = {}
     for model_id, one_statement in ((fast, True), (general, False)):
         Session.objects.filter(pk=session).update(last_heartbeat_at=long_ago)
-        monkeypatch.setattr(step_submit, "available", lambda one=one_statement: one)
+        monkeypatch.setattr(step_statement, "available", lambda one=one_statement: one)
         before = AuditEvent.objects.count()
         with CaptureQueriesContext(connection) as queries:
             r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
@@ -110,7 +110,7 @@ def test_what_it_does_not_take_it_leaves_untouched(alice, charlie, runtime) -> N
     }
     for why, (person, body) in refused.items():
         audited, ops = AuditEvent.objects.count(), Operation.objects.count()
-        op = step_submit.training_step_submit(
+        op = step_statement.submit(
             tenant=person.tenant,
             model_id=body["model_id"],
             seq_id=body["seq_id"],
@@ -129,7 +129,7 @@ def test_a_concurrent_insert_of_the_same_seq_id_changes_nothing(alice, runtime) 
     audited = AuditEvent.objects.count()
     op = _while_another_request_takes_seq_1(
         model_id,
-        lambda: step_submit.training_step_submit(
+        lambda: step_statement.submit(
             tenant=alice.tenant,
             model_id=model_id,
             seq_id=1,
@@ -149,7 +149,7 @@ def _while_another_request_takes_seq_1(model_id: str, submit, digest: str | None
     """What ``submit`` returns when, while it waits for the model's lock, another transaction
     holding it inserts the model's seq_id 1 (``req-other``, with ``digest``, else that of the
     model's seq_id 0) and commits."""
-    other = psycopg.connect(**notify.connect_params())
+    other = psycopg.connect(**pg_listen.connect_params())
     other.execute(
         f"SELECT 1 FROM {TrainingModel._meta.db_table} WHERE id = %s FOR UPDATE", [model_id]
     )
@@ -221,10 +221,10 @@ def test_the_general_path_answers_a_seq_id_taken_while_it_waited_for_the_lock(
 ) -> None:
     """A request inserted the seq_id while this one waited for the model's lock (a retry racing
     its original): it is answered as a retry, or refused as a conflict, never a 500."""
-    from controlplane.training_sessions.services.submit import digest
+    from controlplane.operations.admission import digest
     from loopwright.types import ForwardBackwardRequest
 
-    monkeypatch.setattr(step_submit, "available", lambda: False)
+    monkeypatch.setattr(step_statement, "available", lambda: False)
     model_id = create_model(alice, runtime, open_session(alice))
     body = fwdbwd(model_id, 1, [datum([1, 2])])
     payload = ForwardBackwardRequest.model_validate(body).model_dump(

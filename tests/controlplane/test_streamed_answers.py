@@ -11,8 +11,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from controlplane import pg_listen
 from controlplane.audit.models import AuditEvent
-from controlplane.training_sessions import notify
+from controlplane.operations import notices
 
 from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session
@@ -178,15 +179,15 @@ def test_listening_ahead_never_holds_a_submit_up(settings) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("notices are PostgreSQL's")
     settings.NOTIFY_ON_COMPLETION = True
-    notify.listener.stop()
+    pg_listen.listener.stop()
     started = time.monotonic()
-    waiter = notify.expect("req-ahead")
+    waiter = notices.expect("req-ahead")
     assert time.monotonic() - started < 0.5 and waiter is not None
     assert waiter.listening is False
-    notify.forget("req-ahead", waiter)
+    notices.forget("req-ahead", waiter)
     deadline = time.monotonic() + 5  # it started the listener, which is soon in place
-    while not notify.listener.ensure_listening() and time.monotonic() < deadline:
+    while not pg_listen.listener.ensure_listening() and time.monotonic() < deadline:
         time.sleep(0.05)
-    later = notify.expect("req-later")
+    later = notices.expect("req-later")
     assert later.listening is True
-    notify.forget("req-later", later)
+    notices.forget("req-later", later)

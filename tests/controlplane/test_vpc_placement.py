@@ -16,9 +16,10 @@ from controlplane.edge.errors import field_path
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.housekeeping.janitor import sweep
+from controlplane.operations import training
+from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.training_sessions.models import Operation, SamplingSession, Session, TrainingModel
-from controlplane.training_sessions.services import submit
-from controlplane.training_sessions.services.sessions import session_create, sessions_expire_idle
+from controlplane.training_sessions.services.sessions import session_create
 from loopwright import ServiceClient
 from workers.runtime import WorkerRuntime, WorkerSettings
 
@@ -340,7 +341,7 @@ def test_concurrent_creates_never_overfill_a_worker(alice, runtime) -> None:
 
     def create(session_id: str) -> str:
         try:
-            op = submit.model_create(
+            op = training.model_create(
                 tenant=alice.tenant,
                 session_id=session_id,
                 model_seq_id=0,

@@ -82,15 +82,15 @@ def finish(op, result: dict | None = None, *, error: str = ""):
     """Run ``op`` as a worker would: claim it, then complete it with ``result`` (usage rows and
     all) or fail it with ``error``."""
     from controlplane.fleet.services import Fence
-    from controlplane.training_sessions.services import execution
+    from controlplane.operations import claim, complete
 
     op.refresh_from_db()  # placed after it was made: on its worker now
     fence = Fence(op.worker.pk, op.worker.generation)
-    assert execution.claim(op, fence)
+    assert claim.claim(op, fence)
     if error:
-        execution.fail(op, error, "user", fence)
+        complete.fail(op, error, "user", fence)
     else:
-        execution.complete(op, result or {}, fence)
+        complete.complete(op, result or {}, fence)
     op.refresh_from_db()
     return op
 

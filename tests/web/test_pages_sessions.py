@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from controlplane.operations import training
 from controlplane.tenants.models import Membership, StorageLocation, Subnet
 from controlplane.tenants.services import membership_add, user_create
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
-from controlplane.training_sessions.services import submit
 from web.session_reads import steps_of
 
 from .conftest import BASE_MODEL, PASSWORD, finish, logged_in, operation, train_tokens
@@ -26,7 +26,7 @@ def new_session(person, name: str = "run-1") -> tuple[Session, TrainingModel]:
     session = services.session_create(
         tenant=person.tenant, name=name, platform={"role_arn": person.role_arn}
     )
-    op = submit.model_create(
+    op = training.model_create(
         tenant=person.tenant,
         session_id=session.id,
         model_seq_id=0,
@@ -205,7 +205,7 @@ def test_a_session_whose_model_failed_is_failed_with_the_reason_and_frees_its_sl
 
 def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, charlie, worker):
     session, _ = new_session(alice)
-    op = submit.model_create(
+    op = training.model_create(
         tenant=alice.tenant,
         session_id=session.id,
         model_seq_id=1,

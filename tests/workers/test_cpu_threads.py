@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from controlplane.metering.tokens import work_tokens
 from tests.controlplane.wire import create_model, datum, fwdbwd, open_session, result
 from workers.cpu_threads import SMALL_WORK, cpu_threads, threads_for
-from workers.runtime import work_tokens
 
 
 def test_threads_for_the_work() -> None:

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from controlplane import dispatch
-from controlplane.training_sessions.notify import connect_params
+from controlplane.pg_listen import connect_params
 from workers.wake import WakeListener
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,12 +22,13 @@ from controlplane.iam.resources import model_arn, model_package_group_arn, sessi
 from controlplane.iam.selectors import roles
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_list, key_resolve
+from controlplane.operations import training
+from controlplane.operations.session_end import session_stop as session_end
 from controlplane.registry.selectors import group_list
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services import sessions as services
-from controlplane.training_sessions.services import submit
 
 from .. import session_page as sp
 from .. import session_reads as reads
@@ -128,7 +129,7 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
         session = services.session_create(
             tenant=tenant, name=req.name or "", tags=req.tags, platform=platform
         )
-        submit.model_create(
+        training.model_create(
             tenant=tenant, session_id=session.id, model_seq_id=0, base_model=base_model, lora=lora
         )
     return session
@@ -227,7 +228,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
 def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     tenant = request.tenant
     allow(request, "sessions:StopTrainingSession", session_arn(tenant, session_id))
-    session = services.session_stop(tenant=tenant, session_id=session_id)
+    session = session_end(tenant=tenant, session_id=session_id)
     messages.success(request, f"Session {session.id} is {session.state}.")
     return redirect(f"/sessions/{session.id}")
 

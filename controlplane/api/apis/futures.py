@@ -17,13 +17,14 @@ from rest_framework.response import Response
 
 from controlplane.edge.callers import allow, tenant_of
 from controlplane.iam.resources import session_arn
-from controlplane.training_sessions import notify, selectors
+from controlplane.operations import notices
+from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Operation
 from controlplane.training_sessions.services import failover
 from loopwright.types import FutureRetrieveRequest
 
-from ..answers import finished_body, result_body
 from ..negotiation import PROTOBUF_CONTENT_TYPE, AlwaysJSON, wants_protobuf
+from ..operation_responses import finished_body, result_body
 from ..parsing import parse
 from ..protobuf_results import PROTOBUF_KINDS, encode_result
 
@@ -34,7 +35,7 @@ def retrieve_future(request: Request) -> Response | HttpResponse:
     req = parse(request, FutureRetrieveRequest)
     op = selectors.operation_get(tenant=tenant_of(request), request_id=req.request_id)
     allow(request, "sessions:RetrieveFuture", session_arn(tenant_of(request), op.session_id))
-    op = notify.wait_finished(op, time.monotonic() + settings.LONG_POLL_SECONDS)
+    op = notices.wait_finished(op, time.monotonic() + settings.LONG_POLL_SECONDS)
     if op.status == Operation.Status.DONE and op.kind in PROTOBUF_KINDS and wants_protobuf(request):
         return _protobuf(op)
     body, status = finished_body(op)

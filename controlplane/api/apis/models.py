@@ -17,10 +17,10 @@ from rest_framework.response import Response
 from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.fleet.selectors import base_model_get
 from controlplane.iam.resources import model_arn, session_arn
+from controlplane.operations import training
 from controlplane.registry.download_response import package_download_response
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
-from controlplane.training_sessions.services import submit
 from loopwright.types import (
     CreateModelRequest,
     GetInfoRequest,
@@ -30,8 +30,8 @@ from loopwright.types import (
 
 from .. import checkpoint_search as checkpoint_searching
 from .. import external_weights
-from ..answers import future
 from ..checkpoint_search import CheckpointSearchQuery
+from ..operation_responses import future
 from ..parsing import body_object, parse, query_int
 from .registry import GzipOrJSON
 
@@ -56,7 +56,7 @@ def create_model(request: Request) -> Response:
         model_arn(tenant_of(request), "*"),
         **{"sessions:BaseModel": req.base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
     )
-    op = submit.model_create(
+    op = training.model_create(
         tenant=tenant_of(request),
         session_id=req.session_id,
         model_seq_id=req.model_seq_id,
@@ -98,7 +98,7 @@ def unload_model(request: Request) -> Response:
     req = parse(request, UnloadModelRequest)
     allow(request, "sessions:UnloadModel", model_arn(tenant_of(request), req.model_id))
     model = selectors.model_get(tenant=tenant_of(request), model_id=req.model_id)
-    op = submit.model_unload(tenant=tenant_of(request), model=model)
+    op = training.model_unload(tenant=tenant_of(request), model=model)
     return future(request, op, model.id)
 
 

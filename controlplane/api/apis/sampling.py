@@ -8,14 +8,14 @@ from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
 from controlplane.edge.callers import allow, tenant_of
-from controlplane.errors import DomainError as SessionError
+from controlplane.errors import DomainError
 from controlplane.iam.resources import sampler_arn
+from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.services import submit
 from controlplane.training_sessions.services.sample_options import sample_options
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
-from ..answers import future
+from ..operation_responses import future
 from ..parsing import body_object, parse
 
 
@@ -23,7 +23,7 @@ from ..parsing import body_object, parse
 def create_sampling_session(request: Request) -> Response:
     req = parse(request, CreateSamplingSessionRequest)
     allow(request, "sessions:CreateSamplingSession", sampler_arn(tenant_of(request), "*"))
-    sampler = submit.sampler_create(
+    sampler = sampling.sampler_create(
         tenant=tenant_of(request),
         session_id=req.session_id,
         seq=req.sampling_session_seq_id,
@@ -40,14 +40,14 @@ def asample(request: Request) -> Response:
     sample_options(body)
     req = SampleRequest.model_validate(body)
     if not req.sampling_session_id:
-        raise SessionError(
+        raise DomainError(
             "sampling_session_id is required (create a sampling session first)",
             field="sampling_session_id",
         )
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
     with audited_transaction():  # the audit row and the operation: one commit
         allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
-        op = submit.sample_submit(
+        op = sampling.sample_submit(
             tenant=tenant_of(request),
             sampling_session_id=req.sampling_session_id,
             seq_id=req.seq_id,

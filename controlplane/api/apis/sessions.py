@@ -12,6 +12,7 @@ from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_resolve
+from controlplane.operations.session_end import session_stop as session_end
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Recovery, Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
@@ -171,6 +172,4 @@ def session_search(request: Request) -> Response:
 @api_view(["POST"])
 def session_stop(request: Request, session_id: str) -> Response:
     allow(request, "sessions:StopTrainingSession", session_arn(tenant_of(request), session_id))
-    return Response(
-        session_json(services.session_stop(tenant=tenant_of(request), session_id=session_id))
-    )
+    return Response(session_json(session_end(tenant=tenant_of(request), session_id=session_id)))

@@ -12,18 +12,11 @@ from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
 from controlplane.edge.callers import allow, tenant_of
-from controlplane.errors import DomainError as SessionError
+from controlplane.errors import DomainError
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
-from controlplane.metering.budget import budget_exhausted
-from controlplane.training_sessions import selectors
-from controlplane.training_sessions.models import Checkpoint, Operation, new_id
-from controlplane.training_sessions.services import (
-    checkpoint_plans,
-    step_submit,
-    submit,
-    vocabulary,
-)
+from controlplane.operations import training, weights
+from controlplane.training_sessions.models import Operation, new_id
 from loopwright.types import (
     ForwardBackwardRequest,
     ForwardRequest,
@@ -34,28 +27,30 @@ from loopwright.types import (
     SaveWeightsRequest,
 )
 
-from .. import answers
-from ..answers import future
+from .. import operation_responses as responses
 from ..json_body import JSONBodyParser
 from ..negotiation import AlwaysJSON
+from ..operation_responses import future
 from ..parsing import parse
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
-EPHEMERAL_TTL_SECONDS = 24 * 3600
-
 
 def sequenced(kind: str):
-    """A refused training request still uses up its seq_id (see submit.training_reject).
+    """A refused training request still uses up its seq_id (see training.training_reject).
 
-    A training step (forward, forward_backward, optim_step) first tries the one-statement
-    submit; whatever it does not take goes the general way, which answers as it always has."""
+    A training step (forward, forward_backward, optim_step) is first offered to the
+    one-statement submit where there is one; whatever it does not take goes the general way,
+    which answers as it always has."""
 
     def wrap(view):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
             try:
                 request.data  # noqa: B018 (parsed here, so a body that does not parse is refused)
-                if kind in STEPS and (answered := _step(request, kind)) is not None:
+                if (
+                    training.one_statement_steps(kind)
+                    and (answered := _step(request, kind)) is not None
+                ):
                     return answered
                 with audited_transaction():  # the audit row and the operation: one commit
                     body = request.data if isinstance(request.data, dict) else {}
@@ -63,7 +58,7 @@ def sequenced(kind: str):
                     resource = model_arn(tenant_of(request), str(model_id or "*"))
                     allow(request, ACTIONS[kind], resource)
                     return view(request, *args, **kwargs)
-            except (SessionError, ValidationError, ParseError) as exc:
+            except (DomainError, ValidationError, ParseError) as exc:
                 _refused(request, kind, exc)
                 raise
 
@@ -76,7 +71,7 @@ def _refused(request: Request, kind: str, exc: Exception) -> None:
     """Record a refused training request under its seq_id (a protobuf body that parsed but
     did not validate names its model and seq_id itself)."""
     body = request.data if isinstance(request.data, dict) else {}
-    submit.training_reject(
+    training.training_reject(
         tenant=tenant_of(request),
         model_id=getattr(exc, "model_id", None) or body.get("model_id"),
         seq_id=getattr(exc, "seq_id", None) or body.get("seq_id"),
@@ -103,10 +98,8 @@ STEPS = {
 
 
 def _step(request: Request, kind: str) -> Response | None:
-    """A training step submitted in one statement (``step_submit``), with its audit row; None
-    when that does not apply or does not take it, and nothing was written."""
-    if not step_submit.available():
-        return None
+    """A training step offered to the one-statement submit, with its IAM decision (written
+    with the operation); None when it was not taken, and nothing was written."""
     body = request.data
     if not isinstance(body, dict):
         return None
@@ -114,49 +107,36 @@ def _step(request: Request, kind: str) -> Response | None:
         req = STEPS[kind].model_validate(body)
     except ValidationError:
         return None
-    if not isinstance(req.seq_id, int) or req.seq_id < 1:
-        return None
     tenant = tenant_of(request)
-    decision, audit = decide(
-        request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request
-    )
-    if not decision.allowed:
-        return None
-    if kind in submit.TOKEN_KINDS and budget_exhausted(tenant=tenant):
-        return None
+    _, audit = decide(request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request)
     request_id = new_id("req")
-    waiter = answers.expect(request, request_id)
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    batch = payload.get("forward_input") or payload.get("forward_backward_input")
+    waiter = responses.expect(request, request_id)  # listening before the insert commits
     try:
-        op = step_submit.training_step_submit(
+        op = training.submit_step(
             tenant=tenant,
             model_id=req.model_id,
             seq_id=req.seq_id,
             kind=kind,
-            payload=payload,
+            payload=training.request_payload(req),
             audit=audit,
             request_id=request_id,
-            highest_token=vocabulary.highest_token(batch),
         )
-        if op is not None:
-            return answers.future(request, op, req.model_id, waiter)
     except BaseException:
-        answers.forget(request_id, waiter)
+        responses.forget(request_id, waiter)
         raise
-    answers.forget(request_id, waiter)
-    return None
+    if op is None:
+        responses.forget(request_id, waiter)
+        return None
+    return responses.future(request, op, req.model_id, waiter)
 
 
-def _submit(request: Request, req, kind: str, plan=None) -> Response:
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    op = submit.training_submit(
+def _submit(request: Request, req, kind: str) -> Response:
+    op = training.training_submit(
         tenant=tenant_of(request),
         model_id=req.model_id,
         seq_id=req.seq_id,
         kind=kind,
-        payload=payload,
-        plan=plan,
+        payload=training.request_payload(req),
     )
     return future(request, op, req.model_id)
 
@@ -185,7 +165,7 @@ def forward_backward(request: Request) -> Response:
     if is_protobuf(request):
         try:
             forward_only = isinstance(request.data, dict) and "forward_input" in request.data
-        except (SessionError, ParseError) as exc:
+        except (DomainError, ParseError) as exc:
             _refused(request, Operation.Kind.FORWARD_BACKWARD, exc)
             raise
         if forward_only:
@@ -203,46 +183,16 @@ def optim_step(request: Request) -> Response:
 @sequenced(Operation.Kind.SAVE_WEIGHTS)
 def save_weights(request: Request) -> Response:
     req = parse(request, SaveWeightsRequest)
-    name = checkpoint_plans.checkpoint_name(
-        req.path, f"state-{req.seq_id}" if req.seq_id is not None else None
-    )
-    plan = checkpoint_plans.save_plan(
-        kind=Checkpoint.Kind.TRAINING,
-        name=name,
-        overwrite=req.overwrite,
-        ttl_seconds=req.ttl_seconds,
-    )
-    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS, plan)
+    op = weights.save_weights_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 @api_view(["POST"])
 @sequenced(Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER)
 def save_weights_for_sampler(request: Request) -> Response:
     req = parse(request, SaveWeightsForSamplerRequest)
-    if req.path is None and req.sampling_session_seq_id is not None:
-        # Ephemeral: the weights as of now, for a sampler the client uses at once.
-        name = checkpoint_plans.checkpoint_name(
-            None, f"ephemeral-{req.seq_id}-{req.sampling_session_seq_id}"
-        )
-        plan = checkpoint_plans.save_plan(
-            kind=Checkpoint.Kind.SAMPLER,
-            name=name,
-            overwrite=True,
-            ttl_seconds=req.ttl_seconds or EPHEMERAL_TTL_SECONDS,
-            sampler_id=submit.new_sampler_id(),
-        )
-    else:
-        name = checkpoint_plans.checkpoint_name(
-            req.path, f"sampler-{req.seq_id}" if req.seq_id is not None else None, "sampler"
-        )
-        plan = checkpoint_plans.save_plan(
-            kind=Checkpoint.Kind.SAMPLER,
-            name=name,
-            overwrite=False,
-            ttl_seconds=req.ttl_seconds,
-            merge=req.merge_weights,
-        )
-    return _submit(request, req, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER, plan)
+    op = weights.save_weights_for_sampler_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 @api_view(["POST"])
@@ -251,41 +201,21 @@ def load_weights(request: Request) -> Response:
     req = parse(request, LoadWeightsRequest)
     if req.model_id is None:
         return _load_new_model(request, req)
-    plan = checkpoint_plans.load_plan(
-        tenant=tenant_of(request), path=req.path, optimizer=req.optimizer
-    )
-    return _submit(request, req, Operation.Kind.LOAD_WEIGHTS, plan)
+    op = weights.load_weights_submit(tenant=tenant_of(request), req=req)
+    return future(request, op, req.model_id)
 
 
 def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
-    """A model made by loading a checkpoint (tinker SDK ≥ 0.38 resumes this way): created in
-    session ``session_id`` as its ``model_seq_id``, with the id the SDK derives from both,
-    shaped like the checkpoint's model, with the checkpoint loaded before its first step."""
-    if req.session_id is None or req.model_seq_id is None:
-        raise SessionError(
-            "give model_id, or session_id and model_seq_id for a new model", field="model_id"
-        )
+    """A model made by loading a checkpoint, authorized as a create_model of its shape."""
     tenant = tenant_of(request)
-    ckpt = selectors.checkpoint_by_path(tenant=tenant, tinker_path=req.path, field="path")
-    base_model = req.base_model or ckpt.base_model
-    lora = {k: v for k, v in ckpt.lora.items() if k != "alpha" or v is not None}
+    base_model, lora = weights.new_model_shape(tenant=tenant, req=req)
     allow(
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
         **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
     )
-    plan = checkpoint_plans.load_plan(tenant=tenant, path=req.path, optimizer=req.optimizer)
-    op = submit.model_create(
-        tenant=tenant,
-        session_id=req.session_id,
-        model_seq_id=req.model_seq_id,
-        base_model=base_model,
-        lora=lora,
-        user_metadata=req.user_metadata,
-        model_id=f"{req.session_id}:train:{req.model_seq_id}",
-        load=({"path": req.path, "optimizer": req.optimizer}, plan),
-    )
+    op = weights.load_new_model(tenant=tenant, req=req, base_model=base_model, lora=lora)
     return future(request, op, op.model_id)
 
 
@@ -296,26 +226,5 @@ def save_weights_external(request: Request) -> Response:
     model, answered as ``tinker://<model_id>/external_weights/<name>``; its files are then
     downloaded through ``external_weights_urls``."""
     req = parse(request, SaveWeightsExternalRequest)
-    if req.age_encryption_recipients:
-        raise SessionError(
-            "age_encryption_recipients: not offered; the files are sealed with the account's "
-            "KMS key and downloaded by time-limited links (external_weights_urls)",
-            field="age_encryption_recipients",
-        )
-    plan = checkpoint_plans.save_plan(
-        kind=Checkpoint.Kind.SAMPLER,
-        name=checkpoint_plans.checkpoint_name(req.path, "external"),
-        overwrite=False,
-        ttl_seconds=req.ttl_seconds,
-        merge=True,
-    )
-    payload = req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
-    op = submit.training_submit(
-        tenant=tenant_of(request),
-        model_id=req.model_id,
-        seq_id=req.seq_id,
-        kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
-        payload={**payload, "external": True},
-        plan=plan,
-    )
+    op = weights.save_weights_external_submit(tenant=tenant_of(request), req=req)
     return future(request, op, req.model_id)

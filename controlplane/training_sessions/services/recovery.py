@@ -155,41 +155,6 @@ def last_resumable(model: TrainingModel) -> str | None:
     )
 
 
-def restore_failed(*, model_id: str, worker_name: str, why: str) -> str:
-    """The model cannot be brought back: it fails, with its unfinished operations, saying where
-    the user can resume from. Returns the message."""
-    from .execution import fail
-
-    with transaction.atomic():
-        model = TrainingModel.objects.select_for_update(of=("self",)).get(pk=model_id)
-        resume = last_resumable(model)
-        where = (
-            f"resume from {resume} (create_training_client_from_state_with_optimizer)"
-            if resume
-            else "it has no state save to resume from; start it again"
-        )
-        message = (
-            f"model {model_id} could not be restored after its worker was lost: {why}; {where}"
-        )
-        detail = {"code": "model_lost", "resume_from": resume}
-        for op in model.operations.filter(
-            status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
-        ):
-            fail(op, message, "server", detail=detail)
-        TrainingModel.objects.filter(pk=model_id).update(state=TrainingModel.State.FAILED)
-        recovery_discard(model)
-        model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
-            outcome=Recovery.Outcome.FAILED, error=message[:5000], to_worker=worker_name
-        )
-        audit_system(
-            tenant=model.tenant,
-            action="sessions:RestoreModel",
-            resource=model_arn(model.tenant, model.id),
-            reason=message[:1000],
-        )
-    return message
-
-
 # -- points ----------------------------------------------------------------------------------
 def snapshot_target(*, model_id: str, seq: int) -> dict:
     """Where the service's snapshot of ``model_id`` after ``seq`` goes (the session's storage,

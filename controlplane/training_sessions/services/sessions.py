@@ -1,8 +1,7 @@
-"""Session lifecycle: create, heartbeat, stop, idle expiry."""
+"""Session lifecycle: create, heartbeat, and what ends one once its models are gone (stopping
+and idle expiry, which unload the models, are ``controlplane.operations.session_end``)."""
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -130,34 +129,6 @@ def session_touch(session: Session) -> None:
     Session.objects.filter(pk=session.pk).update(last_heartbeat_at=timezone.now())
 
 
-@transaction.atomic
-def session_stop(
-    *, tenant: Tenant, session_id: str, final_state: str = Session.State.STOPPED
-) -> Session:
-    """Unload every live model (after the operations already queued), then the session is over."""
-    from .submit import model_unload
-
-    session = Session.objects.select_for_update().get(
-        pk=session_get(tenant=tenant, session_id=session_id).pk
-    )
-    if session.state in (Session.State.STOPPED, Session.State.EXPIRED, Session.State.FAILED):
-        return session
-    live = list(
-        session.models.filter(state__in=(TrainingModel.State.CREATING, TrainingModel.State.READY))
-    )
-    for model in live:
-        model_unload(tenant=tenant, model=model, ending=True)
-    ending_models = session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
-    session.state = (
-        Session.State.STOPPING
-        if ending_models and final_state == Session.State.STOPPED
-        else final_state
-    )
-    session.ended_at = timezone.now()
-    session.save(update_fields=["state", "ended_at"])
-    return session
-
-
 def session_finish_if_unloaded(session_id: str) -> None:
     """Called when a model unloads: a stopping session with no live model is stopped."""
     session = Session.objects.select_for_update().get(pk=session_id)
@@ -182,19 +153,3 @@ def session_fail_if_unstarted(session_id: str) -> bool:
             state=Session.State.FAILED, ended_at=timezone.now()
         )
     )
-
-
-def sessions_expire_idle(*, now=None) -> list[str]:
-    """Expire sessions without a heartbeat for SESSION_IDLE_TIMEOUT_SECONDS; unload their models."""
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.SESSION_IDLE_TIMEOUT_SECONDS)
-    idle = Session.objects.filter(
-        state__in=(Session.State.PENDING, Session.State.ACTIVE), last_heartbeat_at__lt=cutoff
-    ).select_related("tenant")
-    expired = []
-    for session in idle:
-        session_stop(
-            tenant=session.tenant, session_id=session.id, final_state=Session.State.EXPIRED
-        )
-        expired.append(session.id)
-    return expired

@@ -16,13 +16,12 @@ from django.db import transaction
 from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
-from controlplane.errors import DomainError as SessionError
+from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
+from controlplane.training_sessions.models import Operation, TrainingModel
 
-from ..models import Operation, TrainingModel
 
-
-class OutOfWindow(SessionError):
+class OutOfWindow(DomainError):
     """A ``seq_id`` too far ahead of the model: refused, and no ``seq_id`` is taken."""
 
     code = "seq_id_out_of_window"

@@ -24,7 +24,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.iam.resources import session_arn
-from controlplane.training_sessions import notify, selectors
+from controlplane.operations import notices
+from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Operation
 from loopwright.types import UntypedAPIFuture
 
@@ -93,22 +94,22 @@ def wait_preference(request: Request) -> float | None:
     return min(float(match.group(1)), settings.LONG_POLL_SECONDS)
 
 
-def expect(request: Request, request_id: str) -> notify.Waiter | None:
+def expect(request: Request, request_id: str) -> notices.Waiter | None:
     """Before an operation ``request_id`` is inserted: listen for its outcome if the caller
     prefers to wait for it (then the wait needs no look at the row). Give the waiter to
     ``future``, or to ``forget`` if the operation does not go in."""
-    return notify.expect(request_id) if wait_preference(request) is not None else None
+    return notices.expect(request_id) if wait_preference(request) is not None else None
 
 
-def forget(request_id: str, waiter: notify.Waiter | None) -> None:
-    notify.forget(request_id, waiter)
+def forget(request_id: str, waiter: notices.Waiter | None) -> None:
+    notices.forget(request_id, waiter)
 
 
 def future(
     request: Request,
     op: Operation,
     model_id: str | None = None,
-    waiter: notify.Waiter | None = None,
+    waiter: notices.Waiter | None = None,
 ):
     """A submit's answer: the handle, followed by the outcome when the caller prefers to wait
     and may retrieve the future (else it gets the handle alone and polls, as tinker does)."""
@@ -139,13 +140,13 @@ def _may_retrieve(request: Request, op: Operation) -> bool:
 
 
 def _lines(
-    op: Operation, handle: dict, wait: float, waiter: notify.Waiter | None
+    op: Operation, handle: dict, wait: float, waiter: notices.Waiter | None
 ) -> Iterator[bytes]:
     # Runs once the view has returned, so after the operation's commit: the handle goes out at
     # once, then the wait, outside any transaction.
     yield _line(handle)
     deadline = time.monotonic() + wait
-    op = notify.wait_finished(op, deadline, waiter)
+    op = notices.wait_finished(op, deadline, waiter)
     yield _line(finished_body(op)[0])
 
 

@@ -1,7 +1,8 @@
 """A training step's submit as one statement, for the requests that make up a training loop
-(forward, forward_backward, optim_step with their next ``seq_id``, on PostgreSQL).
+(forward, forward_backward, optim_step with their next ``seq_id``, on PostgreSQL); taken by
+``training.submit_step`` where it applies.
 
-The statement locks the model's row, checks everything ``submit.training_submit`` checks before
+The statement locks the model's row, checks everything ``training.training_submit`` checks before
 it inserts (the model and its session take operations, the ``seq_id`` is not behind the model
 and not taken), inserts the operation (whose trigger wakes the worker), writes the request's
 audit row and the signs of life, and commits on its own: one round trip and one disk flush. It
@@ -19,13 +20,13 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from controlplane import dispatch, rows
+from controlplane import dispatch, row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
+from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 
-from ..models import Operation, Session, TrainingModel, new_id
-from .submit import OPEN_STATES, TOUCH_SECONDS, digest
+from .admission import OPEN_STATES, TOUCH_SECONDS, digest
 
 READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the model's row rather than from a value
@@ -43,7 +44,7 @@ def available() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def training_step_submit(
+def submit(
     *,
     tenant: Tenant,
     model_id: str,
@@ -82,7 +83,7 @@ def training_step_submit(
         -1 if highest_token is None else highest_token,
         seq_id,
         *_operation_values(op),
-        *rows.insert_values(audit),
+        *row_mapper.insert_values(audit),
         now,
         stale,
         now,
@@ -141,7 +142,7 @@ def _statement() -> str:
             ON CONFLICT DO NOTHING  -- its seq_id, inserted meanwhile by a concurrent request
             RETURNING session_id, worker_id
         ), audit AS (
-            INSERT INTO {rows.insert_columns(AuditEvent)} SELECT {audit_values} FROM op
+            INSERT INTO {row_mapper.insert_columns(AuditEvent)} SELECT {audit_values} FROM op
         ), touched AS (
             UPDATE {models} t SET last_request_at = %s FROM m, op
             WHERE t.id = m.id AND m.last_request_at < %s

@@ -1,5 +1,5 @@
-"""Rows read and written with hand-written SQL on the hot paths (every training step passes
-through them), without the ORM compiling the same query anew on each call.
+"""Model instances to and from the rows of hand-written SQL: the hot paths (every training step
+passes through them) map their rows without the ORM compiling the same query anew on each call.
 
 ``select_list`` and ``load`` turn a model's columns, selected alongside others in one statement,
 back into a model instance exactly as the ORM would (the same field converters); ``insert``

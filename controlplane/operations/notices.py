@@ -1,12 +1,11 @@
-"""Wake long polls the moment an operation finishes, without polling the database; hear IAM
-changes made by other processes (``controlplane.iam.credential_cache``).
+"""Wake long polls the moment an operation finishes, without polling the database.
 
 On PostgreSQL a trigger on the operations table (migration 0006) sends
 ``NOTIFY loopwright_ops`` whenever an operation becomes done or failed, delivered at the commit
 that finished it. The notice is a JSON object: the request id and, when it fits in a notice
 (under 8,000 bytes), the operation's status, result, error and category, so the waiting request
 answers without reading the row again. One listener thread per control-plane process wakes the
-requests waiting for it. Elsewhere (SQLite) waiters poll.
+requests waiting for it (``controlplane.pg_listen``). Elsewhere (SQLite) waiters poll.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from collections import defaultdict
 
 from django.conf import settings
 
-from .models import Operation
+from controlplane import pg_listen
+from controlplane.training_sessions.models import Operation
 
 log = logging.getLogger(__name__)
 CHANNEL = "loopwright_ops"
@@ -30,19 +30,6 @@ def available() -> bool:
     return settings.NOTIFY_ON_COMPLETION and settings.DATABASES["default"]["ENGINE"].endswith(
         "postgresql"
     )
-
-
-def connect_params() -> dict:
-    """psycopg connection arguments for the default database (a listener's own connection)."""
-    db = settings.DATABASES["default"]
-    params = {
-        "dbname": db["NAME"],
-        "user": db.get("USER") or None,
-        "password": db.get("PASSWORD") or None,
-        "host": db.get("HOST") or None,
-        "port": db.get("PORT") or None,
-    }
-    return {k: v for k, v in params.items() if v}
 
 
 def parse_notice(payload: str) -> tuple[str, dict | None]:
@@ -78,13 +65,13 @@ class Waiter:
         self.event.set()
 
 
-class _Listener:
+class _Waiting:
+    """The requests of this process waiting for operations, woken by the operations channel of
+    the process's PostgreSQL listener (``controlplane.pg_listen``)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: dict[str, list[Waiter]] = defaultdict(list)
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._stopping = threading.Event()
 
     def register(self, request_id: str, *, wait: float = 2.0) -> Waiter:
         """A waiter for ``request_id``'s notice; ``wait``: how long to wait for LISTEN to be in
@@ -92,34 +79,8 @@ class _Listener:
         waiter = Waiter()
         with self._lock:
             self._waiting[request_id].append(waiter)
-            self._start()
-        waiter.listening = self._ready.wait(wait) if wait else self._ready.is_set()
+        waiter.listening = pg_listen.listener.start(wait=wait)
         return waiter
-
-    def ensure_listening(self) -> bool:
-        """Start the listener if it is not running; whether LISTEN is in place now."""
-        if self._ready.is_set():
-            return True
-        with self._lock:
-            started = self._start()
-        return self._ready.wait(0.5 if started else 0)
-
-    def stop(self) -> None:
-        """Close the listening connection (before its database is dropped, in tests)."""
-        with self._lock:
-            thread, self._thread = self._thread, None
-            self._stopping.set()
-        if thread is not None:
-            thread.join(5.0)
-        self._stopping.clear()
-
-    def _start(self) -> bool:
-        if self._thread is None or not self._thread.is_alive():
-            self._ready.clear()
-            self._thread = threading.Thread(target=self._run, name="op-listener", daemon=True)
-            self._thread.start()
-            return True
-        return False
 
     def unregister(self, request_id: str, waiter: Waiter) -> None:
         with self._lock:
@@ -129,7 +90,7 @@ class _Listener:
             if not waiters:
                 self._waiting.pop(request_id, None)
 
-    def _deliver(self, payload: str) -> None:
+    def deliver(self, payload: str) -> None:
         try:
             request_id, state = parse_notice(payload)
         except (ValueError, KeyError, TypeError):
@@ -139,31 +100,9 @@ class _Listener:
             for waiter in self._waiting.get(request_id, ()):
                 waiter.wake(state)
 
-    def _run(self) -> None:
-        import psycopg
 
-        from controlplane.iam import credential_cache
-
-        try:
-            with psycopg.connect(autocommit=True, **connect_params()) as conn:
-                conn.execute(f"LISTEN {CHANNEL}")
-                conn.execute(f"LISTEN {credential_cache.CHANNEL}")
-                credential_cache.cache.clear()  # changes made before LISTEN took effect
-                self._ready.set()
-                while not self._stopping.is_set():
-                    for note in conn.notifies(timeout=1.0):
-                        if note.channel == credential_cache.CHANNEL:
-                            credential_cache.cache.clear()
-                        else:
-                            self._deliver(note.payload)
-        except Exception:  # waiters fall back to polling; the next register starts a new thread
-            log.exception("operation listener stopped")
-        finally:
-            self._ready.clear()
-            credential_cache.cache.clear()  # no longer hearing changes: stop trusting the cache
-
-
-listener = _Listener()
+waiting = _Waiting()
+pg_listen.listener.subscribe(CHANNEL, waiting.deliver)
 
 
 def expect(request_id: str) -> Waiter | None:
@@ -171,12 +110,12 @@ def expect(request_id: str) -> Waiter | None:
     waiter hears every notice, so ``wait_finished`` need not look at the row first. Pass it to
     ``wait_finished``, or to ``forget`` if the operation never goes in."""
     # (never held up: while LISTEN is not in place, the wait looks at the row instead)
-    return listener.register(request_id, wait=0) if available() else None
+    return waiting.register(request_id, wait=0) if available() else None
 
 
 def forget(request_id: str, waiter: Waiter | None) -> None:
     if waiter is not None:
-        listener.unregister(request_id, waiter)
+        waiting.unregister(request_id, waiter)
 
 
 def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) -> Operation:
@@ -190,7 +129,7 @@ def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) 
         return _wait_polling(op, deadline)
     expected = waiter is not None and waiter.listening
     if waiter is None:
-        waiter = listener.register(op.pk)
+        waiter = waiting.register(op.pk)
     try:
         if waiter.state is not None:  # its notice came already
             for name, value in waiter.state.items():
@@ -210,7 +149,7 @@ def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) 
             else:  # woken without the state (too large for a notice), or a periodic look
                 op.refresh_from_db(fields=_FIELDS)
     finally:
-        listener.unregister(op.pk, waiter)
+        waiting.unregister(op.pk, waiter)
     return op
 
 

@@ -1,0 +1,199 @@
+"""The worker's claims: find its runnable operations and take each with a conditional UPDATE.
+
+A training model's operation is runnable when its ``seq_id`` equals the model's ``next_seq``;
+claiming is a conditional UPDATE (pending → running), so a redelivered nudge never runs an
+operation twice. On PostgreSQL a look and its claim are one statement. An operation claimed but
+not recorded goes back to pending (``requeue``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane import row_mapper
+from controlplane.fleet.models import Worker
+from controlplane.fleet.services import Fence
+from controlplane.training_sessions.models import Operation, SamplingSession, TrainingModel
+
+
+def next_training_ops(*, worker: Worker) -> list[Operation]:
+    """For each model on the worker, its next operation in seq order, if it has arrived."""
+    return list(
+        Operation.objects.filter(
+            worker=worker,
+            status=Operation.Status.PENDING,
+            model__isnull=False,
+            seq_id=F("model__next_seq"),
+        )
+        .select_related("model")
+        .order_by("created_at")
+    )
+
+
+def claim_next_training(*, fence: Fence, skip: Collection[str] = ()) -> Operation | None:
+    """The oldest runnable training operation on the worker (its model's ``next_seq``), of a
+    model not in ``skip``, claimed under ``fence``; None when there is none (or the fence no
+    longer holds). On PostgreSQL the look and the claim are one statement."""
+    if connection.vendor == "postgresql":
+        return _claim_next_in_one_statement(fence, skip)
+    for op in next_training_ops(worker=Worker(pk=fence.worker_id)):
+        if op.model_id not in skip and claim(op, fence):
+            return op
+    return None
+
+
+def _claim_next_in_one_statement(fence: Fence, skip: Collection[str]) -> Operation | None:
+    # The pick locks its row and re-checks it is still pending (another transaction may have
+    # just failed it, say a stop), going on to the next one if not: nothing runnable is missed.
+    ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
+    skipping = ""
+    if skip:
+        skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
+    now = timezone.now()
+    fenced, fence_params = fence.sql()
+    sql = f"""
+        UPDATE {ops} SET status = %s, started_at = %s
+        WHERE id = (
+            SELECT o.id FROM {ops} o JOIN {models} m ON m.id = o.model_id
+            WHERE o.worker_id = %s AND o.status = %s AND o.seq_id = m.next_seq {skipping}
+            ORDER BY o.created_at LIMIT 1
+            FOR UPDATE OF o SKIP LOCKED
+        ) AND status = %s AND worker_id = %s AND {fenced}
+        RETURNING {_returned()}
+    """
+    pending, worker_id = Operation.Status.PENDING, fence.worker_id
+    params = [Operation.Status.RUNNING, now, worker_id, pending, *skip, pending, worker_id]
+    claimed = _claimed(sql, params + fence_params)
+    return claimed[0] if claimed else None
+
+
+def _returned(alias: str | None = None) -> str:
+    """What a claim's RETURNING gives back: every column of an operation row (under the table
+    alias ``alias``), after a call that makes the claim's commit not wait for the disk
+    (``_claimed``)."""
+    unflushed = "set_config('synchronous_commit', 'off', true)"
+    return f"{unflushed}, {row_mapper.select_list(Operation, alias)}"
+
+
+def _claimed(sql: str, params: list) -> list[Operation]:
+    """The rows a claiming ``UPDATE … RETURNING`` took, committed without waiting for the disk.
+
+    The worker claims outside any transaction: the statement commits by itself, in one round
+    trip. Its RETURNING sets ``synchronous_commit`` off for that transaction alone (``set_config``
+    local to it, evaluated before the commit, and only when a row was claimed: otherwise nothing
+    is written and there is nothing to flush). Inside a caller's transaction it is that
+    transaction's commit that does not wait.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row_mapper.load(Operation, row[1:]) for row in cursor.fetchall()]
+
+
+def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
+    return list(
+        Operation.objects.filter(
+            worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
+        ).order_by("created_at")[:limit]
+    )
+
+
+def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
+    """Up to ``limit`` of the worker's pending samples, oldest first, claimed under ``fence``
+    (on PostgreSQL in one statement)."""
+    if connection.vendor != "postgresql":
+        worker = Worker(pk=fence.worker_id)
+        return [op for op in pending_samples(worker=worker, limit=limit) if claim(op, fence)]
+    ops = Operation._meta.db_table
+    fenced, fence_params = fence.sql()
+    # the pick is materialized: evaluated once, so never more than ``limit`` rows
+    sql = f"""
+        WITH picked AS MATERIALIZED (
+            SELECT id FROM {ops} WHERE worker_id = %s AND status = %s AND kind = %s
+            ORDER BY created_at LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        )
+        UPDATE {ops} o SET status = %s, started_at = %s FROM picked
+        WHERE o.id = picked.id AND o.status = %s AND o.worker_id = %s AND {fenced}
+        RETURNING {_returned("o")}
+    """
+    pending = Operation.Status.PENDING
+    params = [
+        fence.worker_id,
+        pending,
+        Operation.Kind.SAMPLE,
+        limit,
+        Operation.Status.RUNNING,
+        timezone.now(),
+        pending,
+        fence.worker_id,
+        *fence_params,
+    ]
+    return sorted(_claimed(sql, params), key=lambda op: op.created_at)
+
+
+def has_waiting_work(*, worker: Worker, older_than_seconds: float | None = 2.0) -> bool:
+    """Whether operations wait on the worker (those older than ``older_than_seconds``; None:
+    any)."""
+    waiting = Operation.objects.filter(worker=worker, status=Operation.Status.PENDING)
+    if older_than_seconds is not None:
+        cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+        waiting = waiting.filter(created_at__lt=cutoff)
+    return waiting.exists()
+
+
+@contextmanager
+def _unflushed() -> Iterator[None]:
+    """A transaction whose commit does not wait for the disk: for claims. The completion's
+    durable commit flushes the claim with it; should the database lose a claim in a crash
+    before that, the completion fails too (``ClaimLost``) and the worker restores the model
+    before it runs the operation again, rather than apply it twice to the adapter."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
+def claim(op: Operation, fence: Fence) -> bool:
+    now = timezone.now()
+    with _unflushed():
+        won = Operation.objects.filter(
+            fence.q(), pk=op.pk, status=Operation.Status.PENDING, worker_id=fence.worker_id
+        ).update(status=Operation.Status.RUNNING, started_at=now)
+    if won:
+        op.status, op.started_at = Operation.Status.RUNNING, now
+    return bool(won)
+
+
+@transaction.atomic
+def requeue(*, request_id: str, fence: Fence, home: bool = False) -> bool:
+    """An operation this worker claimed but will not record now: pending again, to run once
+    more (one that ran but could not be recorded, after its model is restored, since the
+    worker's state of the model has taken it and the database's has not). ``home``: on the
+    worker its model (or sampler) is on now. False: it was recorded after all, or the worker
+    no longer holds it."""
+    if not fence.lock():
+        return False
+    fields: dict = {"status": Operation.Status.PENDING, "started_at": None}
+    if home:
+        fields["worker_id"] = _home_of(Operation.objects.get(pk=request_id))
+    return bool(
+        Operation.objects.filter(
+            pk=request_id, status=Operation.Status.RUNNING, worker_id=fence.worker_id
+        ).update(**fields)
+    )
+
+
+def _home_of(op: Operation) -> int | None:
+    """The worker an operation belongs on: its model's, or its sampler's live model's, or its
+    sampler's."""
+    if op.model_id is not None:
+        return TrainingModel.objects.filter(pk=op.model_id).values_list("worker", flat=True)[0]
+    sampler = SamplingSession.objects.select_related("live_model").get(pk=op.sampling_session_id)
+    return sampler.live_model.worker_id if sampler.live_model else sampler.worker_id

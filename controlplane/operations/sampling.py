@@ -1,0 +1,241 @@
+"""Samplers and their sample operations: open a sampler (on a live model, a saved checkpoint or
+the base model), submit samples (idempotent by the sampler's ``seq_id`` or an
+``Idempotency-Key``), and what the worker needs to sample."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from controlplane import dispatch
+from controlplane.errors import DomainError
+from controlplane.fleet.models import Worker
+from controlplane.fleet.selectors import base_model_require
+from controlplane.fleet.services import Network
+from controlplane.metering.budget import token_budget_check
+from controlplane.tenants.models import Tenant
+from controlplane.training_sessions.errors import Conflict, NotFound, Unavailable
+from controlplane.training_sessions.models import (
+    Checkpoint,
+    Operation,
+    SamplingSession,
+    Session,
+    new_id,
+)
+from controlplane.training_sessions.selectors import (
+    checkpoint_by_path,
+    model_get,
+    sampler_get,
+    session_get,
+)
+from controlplane.training_sessions.services import placement, vocabulary
+from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
+from controlplane.training_sessions.services.sessions import session_touch
+
+from .admission import create_op, digest, existing_or_conflict, require_open, require_ready
+
+
+@transaction.atomic
+def sampler_create(
+    *,
+    tenant: Tenant,
+    session_id: str,
+    seq: int | None,
+    base_model: str | None,
+    model_path: str | None,
+    model_id: str | None,
+) -> SamplingSession:
+    session = session_get(tenant=tenant, session_id=session_id)
+    if seq is not None:
+        existing = SamplingSession.objects.filter(
+            session=session, sampling_session_seq_id=seq
+        ).first()
+        if existing is not None:
+            wanted = {"model_id": model_id, "model_path": model_path, "base_model": base_model}
+            if _same_source(existing, tenant, **wanted):
+                return existing  # a retry
+            raise _sampler_seq_conflict(session, seq, existing.id)
+        _sampler_seq_unreserved(session, seq)
+    require_open(session)
+    network = placement.session_network(session)
+    fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
+    if model_id:
+        model = model_get(tenant=tenant, model_id=model_id)
+        require_ready(model)
+        # on its model's worker; with the model while it waits for one
+        fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
+    elif model_path:
+        ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
+        opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
+        worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
+        fields.update(
+            base_model=ckpt.base_model,
+            model_path=ckpt.tinker_path,  # a model package ARN is stored as what it names
+            storage_path=ckpt.storage_path,
+            worker=worker,
+        )
+    elif base_model:
+        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network))
+    else:
+        raise DomainError("give base_model, model_path or model_id", field="base_model")
+    session_touch(session)
+    return SamplingSession.objects.create(**fields)
+
+
+def _same_source(
+    sampler: SamplingSession,
+    tenant: Tenant,
+    *,
+    model_id: str | None,
+    model_path: str | None,
+    base_model: str | None,
+) -> bool:
+    """Whether ``sampler`` is what a create_sampling_session with these fields opens."""
+    if model_id:
+        return sampler.live_model_id == model_id
+    if model_path:
+        if sampler.live_model_id or not sampler.model_path:
+            return False
+        if sampler.model_path == model_path:
+            return True
+        try:  # a model package ARN names a checkpoint: the sampler holds its path
+            ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
+        except NotFound:
+            return False
+        return ckpt.tinker_path == sampler.model_path
+    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == base_model
+
+
+def _sampler_seq_conflict(session: Session, seq: int, holder: str) -> Conflict:
+    return Conflict(
+        f"sampling_session_seq_id {seq} of session {session.id} was already used by a different "
+        f"request ({holder}); a client that attaches to a session continues after the numbers "
+        "it used (get_info's next_sampling_session_seq_id)",
+        field="sampling_session_seq_id",
+    )
+
+
+def _sampler_seq_unreserved(session: Session, seq: int) -> None:
+    """Refuse ``seq`` if an ephemeral sampler save still to run will open a sampler with it."""
+    holder = (
+        Operation.objects.filter(
+            session=session,
+            kind=Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER,
+            status__in=(Operation.Status.PENDING, Operation.Status.RUNNING),
+            payload__sampling_session_seq_id=seq,
+        )
+        .values_list("id", flat=True)
+        .first()
+    )
+    if holder is not None:
+        raise _sampler_seq_conflict(session, seq, holder)
+
+
+def sampler_seq_free(session: Session, seq: int) -> None:
+    """Refuse ``seq`` for a new sampler (an ephemeral save's) when the session used it already:
+    otherwise the save would run and then find its sampler's number taken."""
+    holder = (
+        SamplingSession.objects.filter(session=session, sampling_session_seq_id=seq)
+        .values_list("id", flat=True)
+        .first()
+    )
+    if holder is not None:
+        raise _sampler_seq_conflict(session, seq, holder)
+    _sampler_seq_unreserved(session, seq)
+
+
+def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | None:
+    """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one; None
+    while no worker is live for a base model one has served (its requests wait, as after a
+    worker is lost)."""
+    from controlplane.fleet.services import live_workers
+
+    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    workers = [w for w in serving if network.admits(w)]
+    if prefer is not None and prefer in workers:
+        return prefer
+    if workers:
+        return workers[0]
+    if serving:
+        raise Unavailable(
+            f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
+            field="base_model",
+        )
+    base_model_require(base_model)
+    return None
+
+
+def sampler_plan(sampler: SamplingSession, *, tenant: Tenant) -> dict:
+    """What the worker needs to sample: the adapter (none: the base model), where its saved
+    weights are, and the base model (which the usage rows name)."""
+    return {"base_model": sampler.base_model, **_sampler_weights(sampler, tenant)}
+
+
+def _sampler_weights(sampler: SamplingSession, tenant: Tenant) -> dict:
+    if sampler.live_model_id:
+        return {"adapter": sampler.live_model_id}
+    if sampler.storage_path:
+        ckpt = Checkpoint.objects.filter(tenant=tenant, tinker_path=sampler.model_path).first()
+        return {
+            "adapter": f"sampler:{sampler.id}",
+            "storage_path": sampler.storage_path,
+            "sealing": opening(tenant, ckpt, field="sampling_session_id", session=sampler.session),
+            **stored_fields(ckpt),
+        }
+    return {"adapter": None}
+
+
+@transaction.atomic
+def sample_submit(
+    *,
+    tenant: Tenant,
+    sampling_session_id: str,
+    seq_id: int | None,
+    payload: dict,
+    idempotency_key: str | None = None,
+    request_digest: str | None = None,
+) -> Operation:
+    """A sample request. A retry (the same ``seq_id`` of the sampler, or the same
+    ``idempotency_key`` in the tenant) gets its operation back, whatever the session's state
+    now; the same key or ``seq_id`` with another request (``request_digest``, by default the
+    payload's) is a 409."""
+    sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
+    request_digest = request_digest or digest(payload)
+    if idempotency_key is not None:
+        lookup: dict = {"tenant": tenant, "idempotency_key": idempotency_key}
+        what = f"Idempotency-Key {idempotency_key!r}"
+    else:
+        lookup = {"sampling_session": sampler, "seq_id": seq_id}
+        what = f"seq_id {seq_id} of sampler {sampler.id}"
+    if idempotency_key is not None or seq_id is not None:
+        existing = Operation.objects.filter(**lookup).first()
+        if existing is not None:
+            return existing_or_conflict(existing, request_digest, what)
+    require_open(sampler.session)
+    if sampler.live_model_id:
+        require_ready(sampler.live_model)
+    highest = vocabulary.highest_sampled(payload)
+    vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
+    token_budget_check(tenant=tenant)
+    session_touch(sampler.session)
+    fields = dict(
+        tenant=tenant,
+        session=sampler.session,
+        worker=sampler.worker,
+        kind=Operation.Kind.SAMPLE,
+        payload=payload,
+        payload_digest=request_digest,
+        plan=sampler_plan(sampler, tenant=tenant),
+    )
+    if idempotency_key is None and seq_id is None:
+        op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
+        if op.worker is not None:  # else it waits with its sampler
+            dispatch.wake_worker(op.worker.queue, inserted=True)
+        return op
+    if idempotency_key is not None:
+        del fields["tenant"]  # in the lookup
+        fields.update(sampling_session=sampler, seq_id=seq_id)
+    return create_op(lookup, what, checked=True, **fields)
+
+
+def new_sampler_id() -> str:
+    return new_id("sampler")
