@@ -252,7 +252,8 @@ class AdapterPool:
                 p.grad = None
 
     def peft_config(self, model_id: str) -> peft.LoraConfig:
-        self.load([model_id])  # an evicted adapter's peft config went with its layers
+        if adapter_name(model_id) not in self.model.peft_config:
+            self.load([model_id])  # an evicted adapter's peft config went with its layers
         return cast(peft.LoraConfig, self.model.peft_config[adapter_name(model_id)])
 
     # -- internals -------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
@@ -28,6 +28,9 @@ class RowPlan:
     model alone."""
 
     groups: tuple[tuple[str, Rows], ...]
+    rows: int = 0  # batch size (needed only for the stacked path)
+    # per set of adapters a layer has: each row's scaling on the stacked rank columns
+    scales: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, names: Sequence[str | None], device: torch.device) -> RowPlan:
@@ -45,7 +48,7 @@ class RowPlan:
                 groups.append((name, slice(first, last + 1)))
             else:
                 groups.append((name, torch.tensor(rows, device=device)))
-        return cls(tuple(groups))
+        return cls(tuple(groups), len(names))
 
 
 class LoRARouter:
@@ -54,6 +57,7 @@ class LoRARouter:
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.plan: RowPlan | None = None
+        self._stacks: dict | None = None  # while weights are frozen: concatenated A and B
         self.refresh()
 
     def refresh(self) -> None:
@@ -62,6 +66,16 @@ class LoRARouter:
             if isinstance(module, LoraLinear) and not getattr(module, "_lw_routed", False):
                 module.forward = _routed_forward(module, self)  # type: ignore[method-assign]
                 setattr(module, "_lw_routed", True)  # noqa: B010  # nn.Module typing
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """No weight changes inside (sampling): gradient-free passes over several adapters may
+        run every layer as one stacked LoRA, its concatenated A and B built once."""
+        self._stacks = {}
+        try:
+            yield
+        finally:
+            self._stacks = None
 
     @contextlib.contextmanager
     def rows(self, plan: RowPlan) -> Iterator[None]:
@@ -76,6 +90,35 @@ def _lora(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(torch.nn.functional.linear(x, a), b)
 
 
+def _stacked(layer: LoraLinear, plan: RowPlan, stacks: dict, x: torch.Tensor) -> torch.Tensor:
+    """Every row's LoRA delta from one concatenation of the plan's adapters: ``x @ A_cat^T``
+    gives each row every adapter's rank features, a per-row scaling keeps its own adapter's
+    columns (zeros elsewhere), and ``@ B_cat^T`` maps them back: three ops per layer, whatever
+    the number of adapters."""
+    names = tuple(n for n, _ in plan.groups if n in layer.lora_A)
+    key = (id(layer), names)
+    stack = stacks.get(key)
+    if stack is None:
+        a_cat = torch.cat([cast(torch.Tensor, layer.lora_A[n].weight) for n in names])
+        b_cat = torch.cat([cast(torch.Tensor, layer.lora_B[n].weight) for n in names], dim=1)
+        stack = stacks[key] = (a_cat, b_cat)
+    a_cat, b_cat = stack
+    scales = plan.scales.get(names)
+    if scales is None:
+        scales = a_cat.new_zeros(plan.rows, a_cat.shape[0])
+        col = 0
+        rows_of = dict(plan.groups)
+        for n in names:
+            r = cast(torch.Tensor, layer.lora_A[n].weight).shape[0]
+            rows = rows_of[n]
+            scales[slice(None) if rows is None else rows, col : col + r] = layer.scaling[n]
+            col += r
+        plan.scales[names] = scales
+    features = torch.nn.functional.linear(x.to(a_cat.dtype), a_cat)
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (a_cat.shape[0],)
+    return torch.nn.functional.linear(features * scales.view(shape), b_cat)
+
+
 def _routed_forward(layer: LoraLinear, router: LoRARouter):
     peft_forward = type(layer).forward
 
@@ -85,6 +128,8 @@ def _routed_forward(layer: LoraLinear, router: LoRARouter):
             return peft_forward(layer, x, *args, **kwargs)
         result = layer.base_layer(x, *args, **kwargs)
         dtype = result.dtype
+        if router._stacks is not None and len(plan.groups) > 1 and not torch.is_grad_enabled():
+            return (result + _stacked(layer, plan, router._stacks, x)).to(dtype)
         pieces: list[tuple[int, int, torch.Tensor]] = []  # contiguous rows' deltas
         for name, rows in plan.groups:
             if name not in layer.lora_A:  # this adapter does not adapt this layer

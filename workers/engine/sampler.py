@@ -106,7 +106,8 @@ class Sampler:
         if not jobs:
             return []
         names: list[str | None] = [None] * len(jobs) if adapters is None else list(adapters)
-        return _Run(self, jobs, names, limits).results()
+        with self.router.frozen():
+            return _Run(self, jobs, names, limits).results()
 
     def _prefill(
         self, jobs: Sequence[SampleJob], adapters: Sequence[str | None], cache: DynamicCache
