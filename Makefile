@@ -75,6 +75,10 @@ check: lint
 bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 	$(BIN)/python -m bench.engine_bench
 
+.PHONY: bench-batching
+bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling, training), and vs HF generate
+	$(BIN)/python -m bench.batching_bench
+
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 

@@ -27,15 +27,15 @@ def randomize_adapter(host: ModelHost, model_id: str, seed: int, scale: float = 
 
 
 def plain_peft_model(
-    host: ModelHost, model_id: str
+    host: ModelHost, model_id: str, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.nn.Module, dict[str, torch.nn.Parameter]]:
     """A fresh base model from disk with the host adapter's weights, through peft's own loader."""
-    base = AutoModelForCausalLM.from_pretrained(host.materialized.path, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(host.materialized.path, dtype=dtype)
     cfg = host.pool.peft_config(model_id)
     model = peft.get_peft_model(
         base, peft.LoraConfig(r=cfg.r, lora_alpha=cfg.lora_alpha, target_modules=cfg.target_modules)
     )
-    state = {k: v.detach().clone() for k, v in host.pool.state_dict(model_id).items()}
+    state = {k: v.detach().to(dtype) for k, v in host.pool.state_dict(model_id).items()}
     peft.set_peft_model_state_dict(model, state)
     params = {n.replace(".default.", "."): p for n, p in model.named_parameters() if "lora_" in n}
     return model, params

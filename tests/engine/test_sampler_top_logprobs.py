@@ -1,7 +1,8 @@
 """Top logprobs of generated tokens, checked against an independent forward pass (plain peft).
 
 The engine decodes with an fp32 KV cache and the reference runs the whole sequence at once in
-float64, so values agree to ``ATOL`` (a wrong temperature or law is off by far more).
+float64, so values agree to ``ATOL``: float32 decoding with a large-logit adapter is off by up to
+5e-4 at some positions (a wrong temperature or law is off by far more).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from workers.engine.sampler import SampleJob
 
 from .reference import plain_peft_model, randomize_adapter
 
-ATOL = 5e-4
+ATOL = 1e-3
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def job(prompt, n=1, k=5, **params) -> SampleJob:
 
 def reference_logits(host, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """Logits (float64) predicting each generated token, from a fresh peft model."""
-    model, _ = plain_peft_model(host, "m")
+    model, _ = plain_peft_model(host, "m", torch.float64)
     full = prompt + tokens
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([full])).logits[0].double()

@@ -1,10 +1,10 @@
 """Many LoRA adapters on one frozen base model (peft), with LRU eviction to disk.
 
 Each adapter is a peft adapter named after its model id, with its own rank, alpha, seed,
-target layers and optimizer family, its pending gradients and its optimizer state. Only the
-active adapter takes part in a forward pass, so training one never touches another. Adapters
-beyond ``max_loaded`` are spilled to disk (weights, pending gradients, optimizer state) and come
-back transparently.
+target layers and optimizer family, its pending gradients and its optimizer state. A forward pass
+routes each batch row through its own adapter (``mixed_lora``), so training one never touches
+another. Adapters beyond ``max_loaded`` are spilled to disk (weights, pending gradients, optimizer
+state) and come back transparently.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import hashlib
 import re
 import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
@@ -25,6 +25,7 @@ from peft import PeftModel, get_peft_model_state_dict
 from transformers import PreTrainedModel
 
 from .errors import InvalidInput, UnknownAdapter
+from .mixed_lora import LoRARouter
 from .optim import AdamState, optimizer_family
 
 PLACEHOLDER = "lw_placeholder"
@@ -115,6 +116,7 @@ class AdapterPool:
         with _quiet():
             self.model: PeftModel = peft.get_peft_model(base, placeholder, adapter_name=PLACEHOLDER)
         self.model.eval()
+        self.router = LoRARouter(self.model)
         self._entries: dict[str, _Entry] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._active: str | None = None  # the peft adapter set active last
@@ -144,7 +146,7 @@ class AdapterPool:
     def optimizer(self, model_id: str) -> AdamState:
         entry = self._entry(model_id)
         if not entry.loaded:  # an evicted adapter's optimizer state lives on disk
-            self.activate(model_id)
+            self.load([model_id])
         return entry.optimizer
 
     def set_optimizer(self, model_id: str, state: AdamState) -> None:
@@ -176,7 +178,8 @@ class AdapterPool:
             self._active = PLACEHOLDER
 
     def activate(self, model_id: str) -> dict[str, torch.nn.Parameter]:
-        """Load if needed, make it the only adapter with gradients; returns its parameters."""
+        """Load if needed and make it peft's active adapter (what peft's own forward uses when no
+        row plan is set); returns its parameters. The engine's passes do not need this."""
         entry = self._entry(model_id)
         if not entry.loaded:
             self._make_room()
@@ -188,9 +191,28 @@ class AdapterPool:
             self._active = name
         return self._params(model_id)
 
+    def load(self, model_ids: Sequence[str]) -> list[str]:
+        """Make every adapter resident (at most ``max_loaded`` distinct ones), each trainable, for
+        one mixed pass; returns their peft names. peft's active adapter is left as it was."""
+        distinct = list(dict.fromkeys(model_ids))
+        if len(distinct) > self.max_loaded:
+            raise InvalidInput("model_ids", f"{len(distinct)} adapters exceed {self.max_loaded}")
+        for model_id in distinct:
+            entry = self._entry(model_id)
+            if not entry.loaded:
+                self._make_room()
+                self._reload(entry)
+            self._lru.move_to_end(model_id)
+        for model_id in distinct:
+            # peft's set_adapter turns gradients off for every adapter but the active one
+            for p in self._params(model_id).values():
+                p.requires_grad_(True)
+        return [adapter_name(m) for m in model_ids]
+
     def parameters(self, model_id: str) -> dict[str, torch.nn.Parameter]:
         """The adapter's parameters (loading it if evicted), under peft's saved-key names."""
-        return self.activate(model_id)
+        self.load([model_id])
+        return self._params(model_id)
 
     def _params(self, model_id: str) -> dict[str, torch.nn.Parameter]:
         cached = self._param_cache.get(model_id)
@@ -202,14 +224,14 @@ class AdapterPool:
         return cached
 
     def state_dict(self, model_id: str) -> dict[str, torch.Tensor]:
-        self.activate(model_id)
+        self.load([model_id])
         # Only the LoRA matrices: never the (frozen) base unembedding, even when lm_head is adapted.
         return get_peft_model_state_dict(
             self.model, adapter_name=adapter_name(model_id), save_embedding_layers=False
         )
 
     def load_state_dict(self, model_id: str, tensors: dict[str, torch.Tensor]) -> None:
-        self.activate(model_id)
+        self.load([model_id])
         params = self._params(model_id)
         missing = set(params) - set(tensors)
         unexpected = set(tensors) - set(params)
@@ -230,6 +252,8 @@ class AdapterPool:
                 p.grad = None
 
     def peft_config(self, model_id: str) -> peft.LoraConfig:
+        if adapter_name(model_id) not in self.model.peft_config:
+            self.load([model_id])  # an evicted adapter's peft config went with its layers
         return cast(peft.LoraConfig, self.model.peft_config[adapter_name(model_id)])
 
     # -- internals -------------------------------------------------------------------------
@@ -260,6 +284,7 @@ class AdapterPool:
             torch.manual_seed(cfg.seed if cfg.seed is not None else torch.seed())
             with _quiet():
                 self.model.add_adapter(adapter_name(model_id), pcfg)
+        self.router.refresh()
         # peft creates the new adapter's weights in the base dtype on its device; train in fp32.
         for p in self._params(model_id).values():
             p.data = p.data.float()

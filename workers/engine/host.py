@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-import numpy as np
 import torch
 from peft import PeftModel
 from transformers import (
@@ -33,17 +33,17 @@ from loopwright.types import (
     ForwardBackwardInput,
     ForwardBackwardOutput,
     OptimStepResponse,
-    TensorData,
 )
 
-from . import batch as batching
 from . import checkpoints, memory, snapshots
 from .adapters import AdapterConfig, AdapterPool
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
-from .errors import CheckpointError, InvalidInput
-from .losses import resolve_loss
+from .errors import CheckpointError, EngineError
+from .mixed_pass import MixedPass, PassRequest
 from .optim import AdamHyper, AdamState, adamw_step
 from .sampler import SampleJob, Sampler, SampleResult
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,8 @@ class HostConfig:
     max_loaded_adapters: int = 16
     max_lora_rank: int = 128
     max_batch_tokens: int = 16384  # padded tokens per forward/backward micro-batch
+    max_sample_rows: int = 256  # sequences decoded together
+    max_sample_tokens: int = 65536  # padded KV-cache positions held while sampling
     spill_dir: Path | None = None
     # Resident growth over which freed heap is returned to the OS after an operation (0: always).
     release_slack_mb: int = 256
@@ -94,7 +96,22 @@ class ModelHost:
             spill_dir=Path(spill),
         )
         self.sampler = Sampler(
-            self.pool.model, self.tokenizer, self.vocab_size, self.context_length, self.device
+            self.pool.model,
+            self.tokenizer,
+            self.vocab_size,
+            self.context_length,
+            self.device,
+            router=self.pool.router,
+            max_rows=self.config.max_sample_rows,
+            max_tokens=self.config.max_sample_tokens,
+        )
+        self.passes = MixedPass(
+            self.pool,
+            self._target_logprobs,
+            self.vocab_size,
+            self.context_length,
+            self.config.max_batch_tokens,
+            self.device,
         )
         self._lock = threading.RLock()
         self.memory = memory.HeapReleaser(self.config.release_slack_mb << 20)
@@ -144,70 +161,47 @@ class ModelHost:
     # -- training --------------------------------------------------------------------------
     def forward(self, model_id: str | None, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         """Loss and per-token logprobs without gradients (``model_id=None``: the base model)."""
-        with self._operation():
-            return self._run(model_id, fwd, backward=False)
+        return _one(self.forward_many([(model_id, fwd)]))
 
     def forward_backward(self, model_id: str, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         """Accumulate gradients of the summed loss into the adapter until ``optim_step``."""
+        return _one(self.forward_backward_many([(model_id, fwd)]))
+
+    def forward_many(
+        self, requests: Sequence[tuple[str | None, ForwardBackwardInput]]
+    ) -> list[ForwardBackwardOutput | Exception]:
+        """``forward`` for several sessions' requests in shared passes: each entry is what that
+        request alone would return, or the error it alone would raise."""
         with self._operation():
-            return self._run(model_id, fwd, backward=True)
+            return self.passes.run([PassRequest(m, f, backward=False) for m, f in requests])
+
+    def forward_backward_many(
+        self, requests: Sequence[tuple[str, ForwardBackwardInput]]
+    ) -> list[ForwardBackwardOutput | Exception]:
+        """``forward_backward`` for several sessions' requests in shared passes; each adapter
+        accumulates exactly the gradients its own requests would give it alone."""
+        with self._operation():
+            return self.passes.run([PassRequest(m, f, backward=True) for m, f in requests])
 
     def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
+        return _one(self.optim_step_many([(model_id, adam)]))
+
+    def optim_step_many(
+        self, requests: Sequence[tuple[str, AdamParams]]
+    ) -> list[OptimStepResponse | Exception]:
+        """An AdamW step for each (model, params); each adapter's state is its own."""
         with self._operation():
-            hp = AdamHyper(**adam.model_dump(include=set(AdamHyper.__dataclass_fields__)))
-            hp.validate()
-            params = self.pool.activate(model_id)
-            metrics = adamw_step(params, self.pool.optimizer(model_id), hp)
-            return OptimStepResponse(metrics=metrics)
-
-    def _run(
-        self, model_id: str | None, fwd: ForwardBackwardInput, *, backward: bool
-    ) -> ForwardBackwardOutput:
-        spec, cfg = resolve_loss(fwd.loss_fn, fwd.loss_fn_config)
-        datums = batching.validate_datums(
-            fwd.data, spec, fwd.loss_fn, self.vocab_size, self.context_length
-        )
-        params = self.pool.activate(model_id) if model_id is not None else {}
-        saved_grads = {k: None if p.grad is None else p.grad.clone() for k, p in params.items()}
-        logprobs: dict[int, np.ndarray] = {}
-        losses: dict[int, np.ndarray] = {}
-        total = 0.0
-        try:
-            for group in batching.group_by_budget(datums, self.config.max_batch_tokens):
-                b = batching.pack(group, self.device)
-                with torch.set_grad_enabled(backward), self._adapter_scope(model_id):
-                    p_B_T = self._target_logprobs(b.input_ids_B_T, b.targets_B_T)
-                    loss_B_T = spec.fn(p_B_T, b.inputs, cfg) * b.mask_B_T
-                    self._check_finite(loss_B_T, b, fwd.loss_fn)
-                    loss = loss_B_T.sum()
-                    if backward:
-                        loss.backward()
-                total += float(loss.detach())
-                for row, index in enumerate(b.indices):
-                    n = b.lengths[row]
-                    logprobs[index] = p_B_T[row, :n].detach().float().cpu().numpy()
-                    losses[index] = loss_B_T[row, :n].detach().float().cpu().numpy()
-        except BaseException:
-            # Nothing half-applied: gradients return to what they were before this call.
-            for k, p in params.items():
-                p.grad = saved_grads[k]
-            raise
-        outputs = [
-            {
-                "logprobs": TensorData.from_numpy(logprobs[i]),
-                "elementwise_loss": TensorData.from_numpy(losses[i]),
-            }
-            for i in range(len(datums))
-        ]
-        metrics = {"loss:sum": total, "tokens:sum": float(sum(d.length for d in datums))}
-        return ForwardBackwardOutput(
-            loss_fn_output_type="ArrayRecord", loss_fn_outputs=outputs, metrics=metrics
-        )
-
-    def _adapter_scope(self, model_id: str | None):
-        if model_id is None:
-            return self.pool.model.disable_adapter()
-        return contextlib.nullcontext()
+            out: list[OptimStepResponse | Exception] = []
+            for model_id, adam in requests:
+                try:
+                    hp = AdamHyper(**adam.model_dump(include=set(AdamHyper.__dataclass_fields__)))
+                    hp.validate()
+                    params = self.pool.parameters(model_id)
+                    metrics = adamw_step(params, self.pool.optimizer(model_id), hp)
+                    out.append(OptimStepResponse(metrics=metrics))
+                except EngineError as exc:
+                    out.append(exc)
+            return out
 
     def _target_logprobs(
         self, input_ids_B_T: torch.Tensor, targets_B_T: torch.Tensor
@@ -219,25 +213,72 @@ class ModelHost:
         )
         return -nll_BT.view_as(targets_B_T)
 
-    @staticmethod
-    def _check_finite(loss_B_T: torch.Tensor, b: batching.Batch, loss_fn: str) -> None:
-        bad = ~torch.isfinite(loss_B_T.detach())
-        if bool(bad.any()):
-            row, col = (int(x) for x in bad.nonzero()[0])
-            raise InvalidInput(
-                f"data[{b.indices[row]}]",
-                f"{loss_fn} loss is not finite at position {col} (check logprobs and advantages)",
-            )
-
     # -- sampling --------------------------------------------------------------------------
     def sample(self, model_id: str | None, jobs: Sequence[SampleJob]) -> list[SampleResult]:
         """Sample for several requests of one adapter (``None``: the base model) in one batch."""
+        return _one(self.sample_many([(model_id, jobs)]))
+
+    def sample_many(
+        self, requests: Sequence[tuple[str | None, Sequence[SampleJob]]]
+    ) -> list[list[SampleResult] | Exception]:
+        """``sample`` for several sessions' requests in one continuous batch: each entry is what
+        that request alone would return (seeded samples token for token), or its error."""
         with self._operation():
-            if model_id is None:
-                with self.pool.model.disable_adapter():
-                    return self.sampler.run(jobs)
-            self.pool.activate(model_id)
-            return self.sampler.run(jobs)
+            out: dict[int, list[SampleResult] | Exception] = {}
+            valid: list[int] = []
+            for i, (model_id, jobs) in enumerate(requests):
+                try:
+                    prefix = len(jobs) > 1
+                    for k, job in enumerate(jobs):
+                        self.sampler.validate(job, f"requests[{k}]." if prefix else "")
+                    if model_id is not None and model_id not in self.pool:
+                        self.pool.config(model_id)  # raises UnknownAdapter
+                    valid.append(i)
+                except EngineError as exc:
+                    out[i] = exc
+            for wave in self._sample_waves(requests, valid):
+                try:
+                    out.update(self._sample_wave(requests, wave))
+                except Exception as exc:
+                    out.update(dict.fromkeys(wave, exc))
+            return [out[i] for i in range(len(requests))]
+
+    def _sample_waves(
+        self, requests: Sequence[tuple[str | None, Sequence[SampleJob]]], valid: list[int]
+    ) -> list[list[int]]:
+        """Requests in order, cut so that no wave needs more adapters than fit in memory."""
+        waves: list[list[int]] = []
+        adapters: set[str] = set()
+        for i in valid:
+            model_id = requests[i][0]
+            new = model_id is not None and model_id not in adapters
+            if not waves or (new and len(adapters) >= self.pool.max_loaded):
+                waves.append([])
+                adapters = set()
+            waves[-1].append(i)
+            if model_id is not None:
+                adapters.add(model_id)
+        return waves
+
+    def _sample_wave(
+        self, requests: Sequence[tuple[str | None, Sequence[SampleJob]]], wave: list[int]
+    ) -> dict[int, list[SampleResult]]:
+        ids = [m for m in (requests[i][0] for i in wave) if m is not None]
+        names = dict(zip(ids, self.pool.load(ids), strict=True))
+        jobs: list[SampleJob] = []
+        adapters: list[str | None] = []
+        for i in wave:
+            model_id, request_jobs = requests[i]
+            jobs += request_jobs
+            adapters += [None if model_id is None else names[model_id]] * len(request_jobs)
+        results = self.sampler.run(jobs, adapters)
+        out: dict[int, list[SampleResult]] = {}
+        start = 0
+        for i in wave:
+            count = len(requests[i][1])
+            out[i] = results[start : start + count]
+            start += count
+        return out
 
     def compute_logprobs(
         self, model_id: str | None, tokens: Sequence[int], last_n: int | None = None
@@ -413,6 +454,14 @@ class ModelHost:
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
         merged.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+
+
+def _one(results: Sequence[_T | Exception]) -> _T:
+    """The single result of a one-request batch, its error raised."""
+    (result,) = results
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 def _untie_output_embeddings(model: PreTrainedModel) -> None:

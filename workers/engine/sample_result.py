@@ -1,7 +1,9 @@
 """The outcome of one sample request and its JSON result: tinker 0.38's ``SampleResponse`` layout.
 
 ``to_wire()`` is ``loopwright.types.SampleResponse.model_dump(mode="json")``: every key present,
-null where the request did not ask for it, and ``prompt_cache_hit_tokens`` 0 (no prefix cache).
+null where the request did not ask for it. ``prompt_cache_hit_tokens`` counts the prompt tokens
+served from a prefill already computed rather than computed again: the samples of one request
+share its prompt's prefill, so it is ``(num_samples - 1) × len(prompt)``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class SampledSeq:
 class SampleResult:
     sequences: list[SampledSeq]
     prompt: PromptScores
+    cache_hit_tokens: int = 0  # prompt tokens not prefilled again (see the module docstring)
 
     @property
     def prompt_logprobs(self) -> list[float | None] | None:
@@ -48,7 +51,7 @@ class SampleResult:
             ],
             prompt_logprobs=self.prompt.prompt_logprobs,
             topk_prompt_logprobs=self.prompt.topk_prompt_logprobs,
-            prompt_cache_hit_tokens=0,  # every prompt is prefilled: no prefix cache yet
+            prompt_cache_hit_tokens=self.cache_hit_tokens,
             target_prompt_logprobs=self.prompt.target_prompt_logprobs,
             prompt_alt_tokens=None
             if alternatives is None

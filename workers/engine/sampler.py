@@ -1,26 +1,35 @@
-"""Batched sampling with a KV cache for many requests on one adapter.
+"""Continuous-batching sampling with a KV cache for many requests of many adapters at once.
 
-Each distinct prompt is prefilled once, its cache rows repeated for its samples; decoding runs
-all rows in one batch and drops finished rows from the cache. The returned logprob of a token is
-its log-probability under the distribution it was drawn from (temperature, top-k and top-p
-applied); at temperature 1 with no truncation that equals the trainer's ``forward`` logprob.
-Greedy decoding (temperature 0) reports the model's untempered logprob. On request, each step
-also reports the k most likely tokens under that same distribution (tokens it could not draw,
-removed by top-k/top-p, are left out). What a request asks about its prompt comes from the same
-prefill (``prompt_scoring``).
+Requests join the running batch as room frees (a row and KV-token budget) and each sequence
+leaves it as soon as it stops. The samples of one request share its prompt's prefill (the prompt
+is computed once and its cache rows repeated: ``prompt_cache_hit_tokens``). Every row decodes
+through its own adapter (``mixed_lora``). Each sequence's randomness is its own: the uniform
+behind its t-th token is a counter-based hash of (seed, sample index, t), so a seeded sample is
+the same whatever else runs beside it. The returned logprob of a token is its log-probability
+under the distribution it was drawn from (temperature, top-k and top-p applied); at temperature
+1 with no truncation that equals the trainer's ``forward`` logprob. Greedy decoding
+(temperature 0) reports the model's untempered logprob. On request, each step also reports the
+k most likely tokens under that same distribution (tokens it could not draw, removed by
+top-k/top-p, are left out). What a request asks about its prompt comes from the same prefill
+(``prompt_scoring``).
 """
 
 from __future__ import annotations
 
 import math
+import secrets
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from transformers import DynamicCache, PreTrainedTokenizerBase
+from transformers.cache_utils import DynamicLayer
 
 from loopwright.types import StopReason
 
+from .mixed_lora import LoRARouter, RowPlan
 from .prompt_scoring import (
     PromptScores,
     TopK,
@@ -38,10 +47,23 @@ __all__ = ["SAMPLE_OPTIONS", "SampleJob", "SampleResult", "SampledSeq", "Sampler
 @dataclass
 class _Row:
     job: int
+    sample: int  # index among its request's samples
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     stop_reason: StopReason | None = None
     topk: list[TopK] | None = None
+
+
+@dataclass
+class _Running:
+    """The rows being decoded, their left-padded KV cache and attention mask, each row's last
+    position and the token it feeds next."""
+
+    rows: list[_Row]
+    cache: DynamicCache
+    mask_R_L: torch.Tensor
+    positions_R: torch.Tensor
+    feed: list[int]
 
 
 class Sampler:
@@ -52,12 +74,18 @@ class Sampler:
         vocab_size: int,
         context_length: int,
         device: torch.device,
+        router: LoRARouter | None = None,
+        max_rows: int = 256,
+        max_tokens: int = 65536,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.context_length = context_length
         self.device = device
+        self.router = router or LoRARouter(model)
+        self.max_rows = max_rows  # rows decoded together
+        self.max_tokens = max_tokens  # padded KV positions held, and prefilled in one pass
         eos = tokenizer.eos_token_id
         self.default_stop = [] if eos is None else [int(eos)]
 
@@ -68,61 +96,21 @@ class Sampler:
 
     # -- sampling --------------------------------------------------------------------------
     @torch.no_grad()
-    def run(self, jobs: Sequence[SampleJob]) -> list[SampleResult]:
+    def run(
+        self, jobs: Sequence[SampleJob], adapters: Sequence[str | None] | None = None
+    ) -> list[SampleResult]:
+        """Sample every job, job ``i`` through peft adapter ``adapters[i]`` (None: the base
+        model, also when ``adapters`` is None). Every job is checked before anything runs."""
         prefix = len(jobs) > 1
         limits = [self.validate(j, f"requests[{i}]." if prefix else "") for i, j in enumerate(jobs)]
         if not jobs:
             return []
-        cache = DynamicCache()
-        last_logits_J_V, prompt_scores, mask_J_L = self._prefill(jobs, cache)
-        row_job = [j for j, job in enumerate(jobs) for _ in range(job.num_samples)]
-        index = torch.tensor(row_job, device=self.device)
-        cache.batch_select_indices(index)
-        logits_R_V = last_logits_J_V[index]
-        mask_R_L = mask_J_L[index]
-        positions_R = mask_R_L.sum(-1) - 1
-        rows = [_Row(job=j, topk=[] if jobs[j].topk_logprobs else None) for j in row_job]
-        generators = [self._generator(job) for job in jobs]
-        active = list(range(len(rows)))
-        while True:
-            row_jobs = [rows[r].job for r in active]
-            tokens, logps, tops = self._draw(logits_R_V, row_jobs, jobs, generators)
-            for pos, r in enumerate(active):
-                row = rows[r]
-                if row.topk is not None:
-                    row.topk.append(tops[pos])
-                self._append(row, tokens[pos], logps[pos], jobs[row.job], limits[row.job])
-            keep = [pos for pos, r in enumerate(active) if rows[r].stop_reason is None]
-            if not keep:
-                break
-            if len(keep) < len(active):
-                keep_t = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(keep_t)
-                mask_R_L, positions_R = mask_R_L[keep_t], positions_R[keep_t]
-                tokens = [tokens[p] for p in keep]
-                active = [active[p] for p in keep]
-            mask_R_L = torch.cat([mask_R_L, mask_R_L.new_ones(len(active), 1)], dim=1)
-            positions_R = positions_R + 1
-            out = self.model(
-                input_ids=torch.tensor(tokens, device=self.device).unsqueeze(1),
-                attention_mask=mask_R_L,
-                position_ids=positions_R.unsqueeze(1),
-                cache=cache,
-                use_cache=True,
-            )
-            logits_R_V = out.logits[:, -1].float()
-        results = []
-        for j, _job in enumerate(jobs):
-            seqs = [
-                SampledSeq(r.tokens, r.logprobs, r.stop_reason or "length", r.topk)
-                for r in rows
-                if r.job == j
-            ]
-            results.append(SampleResult(seqs, prompt_scores[j]))
-        return results
+        names: list[str | None] = [None] * len(jobs) if adapters is None else list(adapters)
+        with self.router.frozen():
+            return _Run(self, jobs, names, limits).results()
 
     def _prefill(
-        self, jobs: Sequence[SampleJob], cache: DynamicCache
+        self, jobs: Sequence[SampleJob], adapters: Sequence[str | None], cache: DynamicCache
     ) -> tuple[torch.Tensor, list[PromptScores], torch.Tensor]:
         """Left-padded prefill of each job's prompt; returns last-position logits, what each job
         asked about its prompt, and the attention mask. Only the trailing positions some job
@@ -137,14 +125,15 @@ class Sampler:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         needed = [positions_needed(job) for job in jobs]
         keep = max(needed)
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
+        with self.router.rows(RowPlan.of(adapters, self.device)):
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=keep,
+            )
         logits_J_K_V = out.logits
         scores = [
             score_prompt(
@@ -156,40 +145,25 @@ class Sampler:
         ]
         return logits_J_K_V[:, -1].float(), scores, mask
 
-    def _generator(self, job: SampleJob) -> torch.Generator:
-        g = torch.Generator(device=self.device)
-        if job.seed is not None:
-            g.manual_seed(int(job.seed))
-        else:
-            g.seed()
-        return g
-
-    def _draw(
-        self,
-        logits_R_V: torch.Tensor,
-        row_jobs: list[int],
-        jobs: Sequence[SampleJob],
-        gens: list[torch.Generator],
-    ):
+    def _draw(self, logits_R_V: torch.Tensor, rows: Sequence[_Row], run: _Run):
         """Pick one token per row; returns tokens, their logprobs under the sampling law and,
         for rows whose job asks, the most likely tokens under that law."""
+        jobs = run.jobs
+        row_jobs = [r.job for r in rows]
         dev = logits_R_V.device
         temps = torch.tensor([jobs[j].temperature for j in row_jobs], device=dev)
         greedy = temps == 0
         scaled = logits_R_V / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(-1)
         scaled = self._truncate(scaled, row_jobs, jobs)
         logp_R_V = torch.log_softmax(scaled, dim=-1)
-        tokens = torch.empty(len(row_jobs), dtype=torch.long, device=dev)
-        by_job: dict[int, list[int]] = {}
-        for pos, j in enumerate(row_jobs):
-            by_job.setdefault(j, []).append(pos)
-        for j, positions in by_job.items():
-            idx = torch.tensor(positions, device=dev)
-            if jobs[j].temperature == 0:
-                tokens[idx] = logits_R_V[idx].argmax(-1)
-            else:
-                tokens[idx] = _inverse_cdf(logp_R_V[idx], gens[j])
+        u_R = uniforms(
+            [run.seeds[r.job] for r in rows],
+            [r.sample for r in rows],
+            [len(r.tokens) for r in rows],
+        )
+        tokens = _inverse_cdf(logp_R_V, torch.from_numpy(u_R).to(dev))
         if bool(greedy.any()):
+            tokens = torch.where(greedy, logits_R_V.argmax(-1), tokens)
             raw = torch.log_softmax(logits_R_V, dim=-1)
             logp_R_V = torch.where(greedy.unsqueeze(-1), raw, logp_R_V)
         picked = logp_R_V.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -219,23 +193,6 @@ class Sampler:
         out = torch.full_like(scaled_R_V, float("-inf"))
         return out.scatter(-1, sorted_idx, sorted_vals.masked_fill(remove, float("-inf")))
 
-    def _append(self, row: _Row, token: int, logprob: float, job: SampleJob, limit: int) -> None:
-        row.tokens.append(int(token))
-        row.logprobs.append(float(logprob))
-        stops = self.default_stop if job.stop_tokens is None else job.stop_tokens
-        if token in stops or (
-            job.stop_strings and self._hit_stop_string(row.tokens, job.stop_strings)
-        ):
-            row.stop_reason = "stop"
-        elif len(row.tokens) >= limit:
-            row.stop_reason = "length"
-
-    def _hit_stop_string(self, tokens: list[int], stops: list[str]) -> bool:
-        # The newest token can complete a stop string that started several tokens back.
-        window = max(len(s) for s in stops) + 8
-        text = self.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
-        return any(s in text for s in stops)
-
 
 def _top_logprobs(
     logp_R_V: torch.Tensor, row_jobs: list[int], jobs: Sequence[SampleJob]
@@ -252,15 +209,225 @@ def _top_logprobs(
     ]
 
 
-def _inverse_cdf(logp_N_V: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One draw per row from its distribution: a single uniform per row, not one per token.
+def _inverse_cdf(logp_N_V: torch.Tensor, u_N: torch.Tensor) -> torch.Tensor:
+    """One draw per row from its distribution, given one uniform in [0, 1) per row.
 
     ``1 - u`` lies in (0, 1], so the pick lands on a token of non-zero probability: a token
     removed by top-k/top-p (probability exactly 0) can never be chosen.
     """
     cdf_N_V = logp_N_V.exp().cumsum(-1)
-    u_N = torch.rand(
-        logp_N_V.shape[0], 1, generator=generator, device=logp_N_V.device, dtype=cdf_N_V.dtype
-    )
-    picked = torch.searchsorted(cdf_N_V, (1 - u_N) * cdf_N_V[:, -1:])
+    target = (1 - u_N.to(cdf_N_V.dtype)).unsqueeze(-1) * cdf_N_V[:, -1:]
+    picked = torch.searchsorted(cdf_N_V, target)
     return picked.squeeze(-1).clamp_(max=logp_N_V.shape[-1] - 1)
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 arrays (wrapping arithmetic is intended)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def uniforms(seeds: Sequence[int], samples: Sequence[int], steps: Sequence[int]) -> np.ndarray:
+    """The uniform in [0, 1) of each (seed, sample index, token index): a hash, no state."""
+    with np.errstate(over="ignore"):
+        key = _mix(np.array([s & _M64 for s in seeds], dtype=np.uint64))
+        key = _mix(key ^ np.array(samples, dtype=np.uint64))
+        key = _mix(key ^ np.array(steps, dtype=np.uint64))
+    return (key >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+class _Run:
+    """One ``Sampler.run``: admits jobs as room frees, decodes, and collects the results."""
+
+    def __init__(
+        self,
+        sampler: Sampler,
+        jobs: Sequence[SampleJob],
+        adapters: list[str | None],
+        limits: list[int],
+    ) -> None:
+        self.s = sampler
+        self.jobs = jobs
+        self.adapters = adapters
+        self.limits = limits
+        self.seeds = [secrets.randbits(63) if j.seed is None else int(j.seed) for j in jobs]
+        self.finished: list[_Row] = []
+        self.scores: list[PromptScores] = [PromptScores() for _ in jobs]
+        self.pending = deque(range(len(jobs)))
+        self.running: _Running | None = None
+
+    def results(self) -> list[SampleResult]:
+        while self.pending or self.running is not None:
+            admitted = self._admit()
+            if admitted:
+                self._join(admitted)
+            if self.running is not None:
+                self._step()
+        out = []
+        for j, job in enumerate(self.jobs):
+            rows = sorted((r for r in self.finished if r.job == j), key=lambda r: r.sample)
+            seqs = [
+                SampledSeq(r.tokens, r.logprobs, r.stop_reason or "length", r.topk) for r in rows
+            ]
+            hits = (job.num_samples - 1) * len(
+                job.prompt
+            )  # every sample but one reuses the prefill
+            out.append(SampleResult(seqs, self.scores[j], hits))
+        return out
+
+    def _admit(self) -> list[int]:
+        """Jobs (in arrival order) that fit beside the running rows; at least one if none run."""
+        rows = 0 if self.running is None else len(self.running.rows)
+        length = 0 if self.running is None else self.running.mask_R_L.shape[1]
+        admitted: list[int] = []
+        longest_prompt = 0
+        while self.pending:
+            job = self.jobs[self.pending[0]]
+            n, p = job.num_samples, len(job.prompt)
+            need_rows = rows + n
+            held = need_rows * (max(length, p) + 1)
+            prefill = (len(admitted) + 1) * max(longest_prompt, p)
+            fits = need_rows <= self.s.max_rows and max(held, prefill) <= self.s.max_tokens
+            if not fits and (admitted or self.running is not None):
+                break
+            admitted.append(self.pending.popleft())
+            rows, length, longest_prompt = need_rows, max(length, p), max(longest_prompt, p)
+        return admitted
+
+    def _join(self, admitted: list[int]) -> None:
+        """Prefill the admitted jobs, draw each sample's first token, and merge the rows that go
+        on into the running batch (kept sorted by adapter: each adapter's rows contiguous)."""
+        admitted = sorted(admitted, key=lambda j: self.adapters[j] or "")
+        cache = DynamicCache()
+        jobs = [self.jobs[j] for j in admitted]
+        logits_J_V, scores, mask_J_L = self.s._prefill(
+            jobs, [self.adapters[j] for j in admitted], cache
+        )
+        for j, sc in zip(admitted, scores, strict=True):
+            self.scores[j] = sc
+        index = [k for k, job in enumerate(jobs) for _ in range(job.num_samples)]
+        rows = [
+            _Row(job=j, sample=i, topk=[] if self.jobs[j].topk_logprobs else None)
+            for j in admitted
+            for i in range(self.jobs[j].num_samples)
+        ]
+        index_t = torch.tensor(index, device=self.s.device)
+        tokens = self._advance(rows, logits_J_V[index_t])
+        keep = [pos for pos, r in enumerate(rows) if r.stop_reason is None]
+        if not keep:
+            return
+        keep_t = index_t[torch.tensor(keep, device=self.s.device)]
+        cache.batch_select_indices(keep_t)
+        mask = mask_J_L[keep_t]
+        new = _Running(
+            [rows[p] for p in keep], cache, mask, mask.sum(-1) - 1, [tokens[p] for p in keep]
+        )
+        self.running = new if self.running is None else self._merge(self.running, new)
+
+    def _merge(self, old: _Running, new: _Running) -> _Running:
+        length = max(old.mask_R_L.shape[1], new.mask_R_L.shape[1])
+        rows = old.rows + new.rows
+        order = sorted(range(len(rows)), key=lambda i: self.adapters[rows[i].job] or "")
+        order_t = torch.tensor(order, device=self.s.device)
+        for lo, ln in zip(_layers(old.cache), _layers(new.cache), strict=True):
+            keys = [_left_pad(t, length) for t in (lo.keys, ln.keys) if t is not None]
+            values = [_left_pad(t, length) for t in (lo.values, ln.values) if t is not None]
+            lo.keys, lo.values = torch.cat(keys)[order_t], torch.cat(values)[order_t]
+        mask = torch.cat([_left_pad(old.mask_R_L, length), _left_pad(new.mask_R_L, length)])
+        positions = torch.cat([old.positions_R, new.positions_R])
+        feed = old.feed + new.feed
+        return _Running(
+            [rows[i] for i in order],
+            old.cache,
+            mask[order_t],
+            positions[order_t],
+            [feed[i] for i in order],
+        )
+
+    def _advance(self, rows: list[_Row], logits_R_V: torch.Tensor) -> list[int]:
+        """Draw the next token of each row and append it; marks rows that stop."""
+        tokens, logps, tops = self.s._draw(logits_R_V, rows, self)
+        for pos, row in enumerate(rows):
+            if row.topk is not None:
+                row.topk.append(tops[pos])
+            self._append(row, tokens[pos], logps[pos])
+            if row.stop_reason is not None:
+                self.finished.append(row)
+        return tokens
+
+    def _step(self) -> None:
+        """Feed every running row its last token, draw the next, and drop rows that stopped."""
+        run = self.running
+        assert run is not None
+        mask = torch.cat([run.mask_R_L, run.mask_R_L.new_ones(len(run.rows), 1)], dim=1)
+        positions = run.positions_R + 1
+        plan = RowPlan.of([self.adapters[r.job] for r in run.rows], self.s.device)
+        with self.s.router.rows(plan):
+            out = self.s.model(
+                input_ids=torch.tensor(run.feed, device=self.s.device).unsqueeze(1),
+                attention_mask=mask,
+                position_ids=positions.unsqueeze(1),
+                cache=run.cache,
+                use_cache=True,
+            )
+        tokens = self._advance(run.rows, out.logits[:, -1].float())
+        keep = [pos for pos, r in enumerate(run.rows) if r.stop_reason is None]
+        if not keep:
+            self.running = None
+            return
+        if len(keep) < len(run.rows):
+            keep_t = torch.tensor(keep, device=self.s.device)
+            run.cache.batch_select_indices(keep_t)
+            mask, positions = mask[keep_t], positions[keep_t]
+        # Columns that are padding in every remaining row are dropped (positions are explicit).
+        lead = int((mask.cumsum(-1) == 0).sum(-1).min())
+        if lead:
+            mask = mask[:, lead:]
+            for layer in _layers(run.cache):
+                if layer.keys is not None and layer.values is not None:
+                    layer.keys = layer.keys[..., lead:, :]
+                    layer.values = layer.values[..., lead:, :]
+        self.running = _Running(
+            [run.rows[p] for p in keep], run.cache, mask, positions, [tokens[p] for p in keep]
+        )
+
+    def _append(self, row: _Row, token: int, logprob: float) -> None:
+        job = self.jobs[row.job]
+        row.tokens.append(int(token))
+        row.logprobs.append(float(logprob))
+        stops = self.s.default_stop if job.stop_tokens is None else job.stop_tokens
+        if token in stops or (
+            job.stop_strings and self._hit_stop_string(row.tokens, job.stop_strings)
+        ):
+            row.stop_reason = "stop"
+        elif len(row.tokens) >= self.limits[row.job]:
+            row.stop_reason = "length"
+
+    def _hit_stop_string(self, tokens: list[int], stops: list[str]) -> bool:
+        # The newest token can complete a stop string that started several tokens back.
+        window = max(len(s) for s in stops) + 8
+        text = self.s.tokenizer.decode(tokens[-window:], skip_special_tokens=False)
+        return any(s in text for s in stops)
+
+
+def _layers(cache: DynamicCache) -> list[DynamicLayer]:
+    """The cache's layers; rows are merged and trimmed by hand, which only full-attention
+    layers allow (a sliding window or linear attention keeps no per-position history)."""
+    layers = []
+    for layer in cache.layers:
+        if type(layer) is not DynamicLayer:
+            raise NotImplementedError(f"continuous batching needs full-attention caches: {layer}")
+        layers.append(layer)
+    return layers
+
+
+def _left_pad(t: torch.Tensor, length: int) -> torch.Tensor:
+    """Zeros before dim -2 (KV: [rows, heads, L, dim]) or dim -1 (mask: [rows, L])."""
+    if t.dim() == 2:
+        return torch.nn.functional.pad(t, (length - t.shape[-1], 0))
+    return torch.nn.functional.pad(t, (0, 0, length - t.shape[-2], 0))
