@@ -226,8 +226,15 @@ def test_the_only_worker_killed_and_started_again(stack, reference, tmp_path) ->
         wait_registered(stack, "fb")
     assert_unchanged(run, reference)
     causes = [(r["cause"], r["declared_by"]) for r in recoveries(stack, run.session_id)]
-    assert ("worker_restarted", "worker fa") in causes
-    assert any(c == "worker_lost" and by.startswith("control plane") for c, by in causes)
+    assert len(causes) == 2, causes  # each death noticed once
+    # Started again at once, its registration declares its previous process dead, unless the
+    # control plane's look got there first: starting a worker can take longer than the 3 s
+    # lease. (The restart's own declaration is tested in tests/controlplane/test_vpc_placement.)
+    noticed = [c == "worker_lost" and by.startswith("control plane") for c, by in causes]
+    assert all(
+        n or c == ("worker_restarted", "worker fa") for n, c in zip(noticed, causes, strict=True)
+    )
+    assert any(noticed)  # down past its lease: the control plane noticed
 
 
 def test_a_rolling_restart_of_every_worker_loses_nothing(stack, reference, tmp_path) -> None:
