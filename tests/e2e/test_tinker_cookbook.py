@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PYTHON = ROOT / ".venv-tinker038" / "bin" / "python"
-STEPS = 12
+STEPS = 8
 
 
 def tokenizer_folder(cwd: Path, name: str, files: dict[str, str]) -> None:
