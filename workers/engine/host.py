@@ -146,6 +146,11 @@ class ModelHost:
             finally:
                 self.memory.settle(force=release)
 
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the host across several calls (a data-parallel step: the pass, then the gradient
+        exchange) so that no other thread's operation runs in between."""
+        return self._operation()
+
     # -- adapters --------------------------------------------------------------------------
     def create_adapter(self, model_id: str, lora: AdapterConfig) -> None:
         with self._operation():
@@ -166,6 +171,15 @@ class ModelHost:
     def forward_backward(self, model_id: str, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         """Accumulate gradients of the summed loss into the adapter until ``optim_step``."""
         return _one(self.forward_backward_many([(model_id, fwd)]))
+
+    def datum_lengths(
+        self, model_id: str | None, fwd: ForwardBackwardInput, *, backward: bool
+    ) -> list[int]:
+        """Check a forward (``backward=False``) or forward_backward request exactly as running
+        it would, without running it; the token count of each datum."""
+        with self._operation():
+            job = self.passes.validate(PassRequest(model_id, fwd, backward=backward))
+            return [d.length for d in job.datums]
 
     def forward_many(
         self, requests: Sequence[tuple[str | None, ForwardBackwardInput]]

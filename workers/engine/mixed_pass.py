@@ -102,7 +102,7 @@ class MixedPass:
         jobs: dict[int, _Job] = {}
         for i, req in enumerate(requests):
             try:
-                jobs[i] = self._validate(req)
+                jobs[i] = self.validate(req)
             except EngineError as exc:
                 results[i] = exc
         for wave in self._waves(jobs):
@@ -112,7 +112,8 @@ class MixedPass:
                 results.update(dict.fromkeys(wave, exc))
         return [results[i] for i in range(len(requests))]
 
-    def _validate(self, req: PassRequest) -> _Job:
+    def validate(self, req: PassRequest) -> _Job:
+        """Check a request exactly as ``run`` does, without running it."""
         if req.backward and req.model_id is None:
             raise InvalidInput("model_id", "the base model has no adapter to train")
         spec, cfg = resolve_loss(req.fwd.loss_fn, req.fwd.loss_fn_config)
