@@ -1,0 +1,134 @@
+"""A base sharded over 2 ranks with FSDP2 (gloo on CPU) trains and samples like the whole model.
+
+Each rank stores half of the frozen base; the LoRA adapter is whole on each. The gradients and
+per-datum logprobs of a forward_backward equal an unsharded host's within float32 tolerance
+(1e-5 relative), training lowers the loss step by step as the unsharded host does, and greedy
+sampling gives the unsharded host's tokens from the same adapter state.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from loopwright.types import AdamParams, ForwardBackwardInput
+from workers.engine.catalog import TINY_MODEL, ModelCatalog
+from workers.engine.distributed import DataParallel, is_sharded, shard_base
+from workers.engine.distributed.sharding import local_base_numel
+from workers.engine.host import HostConfig, ModelHost
+from workers.engine.sampler import SampleJob
+
+from . import ranks
+from .reference import randomize_adapter
+from .test_data_parallel import LORA
+from .test_training import TEXTS, sft_datum
+
+ADAM = AdamParams(learning_rate=3e-3, grad_clip_norm=1.0)
+STEPS = 8
+PROMPT = [257, *b"loop"]
+
+
+def probe() -> ForwardBackwardInput:
+    rng = np.random.default_rng(5)
+    return ForwardBackwardInput(
+        data=[ranks.datum(rng, n) for n in (11, 29, 6)], loss_fn="cross_entropy"
+    )
+
+
+def session(host: ModelHost, run, start) -> dict:
+    """What both sides run: ``run`` is an unsharded ModelHost or the sharded DataParallel."""
+    run.create_adapter("m", LORA)
+    run.load_state("m", start, optimizer=False)
+    out = run.forward_backward("m", probe())
+    record = {"probe": ranks.outputs(out), "grads": ranks.adapter_tensors(host, "m")["grads"]}
+    run.optim_step("m", ADAM)
+    sft = ForwardBackwardInput(
+        data=[sft_datum(host.tokenizer, t) for t in TEXTS[:2]], loss_fn="cross_entropy"
+    )
+    record["losses"] = []
+    for _ in range(STEPS):
+        record["losses"].append(run.forward_backward("m", sft).metrics["loss:sum"])
+        run.optim_step("m", ADAM)
+    record["base_forward"] = ranks.outputs(run.forward(None, probe()))
+    (res,) = run.sample("m", [SampleJob(prompt=PROMPT, max_tokens=10, temperature=0.0)])
+    record["greedy"] = res.sequences[0].tokens
+    record["weights"] = ranks.adapter_tensors(host, "m")["weights"]
+    return record
+
+
+def _program(rank, world, rendezvous, cache_dir, work, start) -> None:
+    host, group = ranks.join(rank, world, rendezvous, cache_dir, work)
+    try:
+        shard_base(host, group)
+        dp = DataParallel(host, group)
+        held = {
+            "sharded": is_sharded(host),
+            "replicated": dp.replicated,
+            "numel": local_base_numel(host),
+        }
+        torch.save(held, work / f"held-{rank}.pt")
+        if rank == 0:
+            record = session(host, dp, start)
+            record["digest"] = dp.check_replicas("m")
+            dp.stop()
+            torch.save(record, work / "coordinator.pt")
+        else:
+            dp.serve()
+    finally:
+        group.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_catalog: ModelCatalog, tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("sharded")
+    host = ModelHost(TINY_MODEL, HostConfig(spill_dir=work / "spill-ref"), tiny_catalog)
+    host.create_adapter("m", LORA)
+    randomize_adapter(host, "m", seed=13)
+    host.save_state("m", work / "start", optimizer=False)
+    host.remove_adapter("m")
+    ranks.spawn(_program, 2, work, tiny_catalog.cache_dir, work, work / "start")
+    ours = torch.load(work / "coordinator.pt", weights_only=False)
+    held = [torch.load(work / f"held-{r}.pt", weights_only=False) for r in range(2)]
+    return ours, session(host, host, work / "start"), held
+
+
+def test_each_rank_stores_half_the_base(runs) -> None:
+    _, _, held = runs
+    for h in held:
+        assert h["sharded"] and h["replicated"]
+        stored, total = h["numel"]
+        assert abs(stored - total / 2) <= total * 0.01, (stored, total)
+    assert held[0]["numel"][0] + held[1]["numel"][0] == held[0]["numel"][1]
+
+
+def test_gradients_and_logprobs_equal_the_unsharded_model(runs) -> None:
+    ours, ref, _ = runs
+    ranks.assert_close(
+        ours["probe"]["metrics"]["loss:sum"], ref["probe"]["metrics"]["loss:sum"], "loss"
+    )
+    for i, lp in enumerate(ref["probe"]["logprobs"]):
+        ranks.assert_close(ours["probe"]["logprobs"][i], lp, f"datum {i} logprobs")
+    for i, lp in enumerate(ref["base_forward"]["logprobs"]):
+        ranks.assert_close(ours["base_forward"]["logprobs"][i], lp, f"base datum {i} logprobs")
+    assert set(ours["grads"]) == set(ref["grads"]) and ref["grads"]
+    for name, grad in ref["grads"].items():
+        ranks.assert_close(ours["grads"][name], grad, f"grad {name}")
+
+
+def test_it_trains(runs) -> None:
+    ours, ref, _ = runs
+    losses = ours["losses"]
+    assert losses[-1] < 0.85 * losses[0], losses
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
+    for k, (a, b) in enumerate(zip(losses, ref["losses"], strict=True)):
+        # Adam amplifies float32 summation noise a little each step: 1e-4 after eight steps.
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (k, a, b)
+
+
+def test_greedy_sampling_equals_the_unsharded_model(runs) -> None:
+    ours, ref, _ = runs
+    assert len(ref["greedy"]) == 10
+    assert ours["greedy"] == ref["greedy"]
