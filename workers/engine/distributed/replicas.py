@@ -88,11 +88,11 @@ def broadcast_adapter(host: ModelHost, group: RankGroup, model_id: str) -> None:
     device, dtype = params[names[0]].device, params[names[0]].dtype
     if group.is_coordinator:
         state = host.pool.optimizer(model_id)
-        source = {
+        source: dict[str, Mapping[str, torch.Tensor]] = {
             "w": {n: p.detach() for n, p in params.items()},
             "m": state.exp_avg,
             "v": state.exp_avg_sq,
-            "g": {n: p.grad for n, p in params.items()},
+            "g": {n: p.grad for n, p in params.items() if p.grad is not None},
         }
         flat = torch.cat([source[kind][n].reshape(-1).to(dtype) for kind, n in shapes])
     else:
