@@ -27,7 +27,7 @@ from .test_data_parallel import LORA
 from .test_training import TEXTS, sft_datum
 
 ADAM = AdamParams(learning_rate=3e-3, grad_clip_norm=1.0)
-STEPS = 8
+STEPS = 6
 PROMPT = [257, *b"loop"]
 
 
@@ -121,10 +121,10 @@ def test_gradients_and_logprobs_equal_the_unsharded_model(runs) -> None:
 def test_it_trains(runs) -> None:
     ours, ref, _ = runs
     losses = ours["losses"]
-    assert losses[-1] < 0.85 * losses[0], losses
+    assert losses[-1] < 0.9 * losses[0], losses
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
     for k, (a, b) in enumerate(zip(losses, ref["losses"], strict=True)):
-        # Adam amplifies float32 summation noise a little each step: 1e-4 after eight steps.
+        # Adam carries float32 summation noise forward a little each step: 1e-4 after six steps.
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (k, a, b)
 
 
