@@ -13,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
 
 from loopwright.types import AdamParams, Datum, ForwardBackwardInput, ModelInput
+from workers.engine import snapshots
 from workers.engine.adapters import AdapterConfig
 from workers.engine.catalog import TINY_MODEL, ModelCatalog
-from workers.engine.distributed import DataParallel, split_by_tokens
+from workers.engine.distributed import DataParallel, RankGroup, split_by_tokens
 from workers.engine.errors import InvalidInput
 from workers.engine.host import HostConfig, ModelHost
 from workers.engine.sampler import SampleJob
@@ -100,6 +102,16 @@ def session(host, run, checkpoint: Path, save_to: Path) -> dict:
     record["forward"] = ranks.outputs(run.forward("m", batches()[1]))
     (res,) = run.sample("m", [SampleJob(prompt=PROMPT, max_tokens=8, temperature=0.0)])
     record["greedy"] = res.sequences[0].tokens
+    # a failover snapshot taken with pending gradients, restored after a step moved on
+    run.forward_backward("m", batches()[2])
+    snapshot = save_to.with_name(save_to.name + "-snapshot")
+    snapshots.write(host.capture("m"), snapshot)
+    run.optim_step("m", ADAM)
+    run.restore("m", snapshot)
+    if isinstance(run, DataParallel):
+        run.check_replicas("m")  # raises unless every rank got weights, moments and gradients
+    run.optim_step("m", ADAM)
+    record["restored"] = ranks.adapter_tensors(host, "m")["weights"]
     run.save_state("m", save_to)
     return record
 
@@ -174,6 +186,8 @@ def test_gradients_and_adam_updates_match_one_host_on_every_rank(runs) -> None:
         assert mine["digest_after_backward"] != mine["digest_after_step"]
     for name, weight in ref["after_failure"].items():
         ranks.assert_close(ours["after_failure"][name], weight, f"final weight {name}")
+    for name, weight in ref["restored"].items():
+        ranks.assert_close(ours["restored"][name], weight, f"step after restore {name}")
 
 
 def test_a_failed_share_rolls_every_rank_back(runs) -> None:
@@ -189,5 +203,31 @@ def test_sampling_and_save_on_the_coordinator(runs, tiny_catalog) -> None:
     assert ours["greedy"] == ref["greedy"] and len(ref["greedy"]) == 8
     host = ModelHost(TINY_MODEL, HostConfig(spill_dir=work / "spill-check"), tiny_catalog)
     host.load_adapter_from("m", work / "saved-dp")
-    for name, weight in ref["after_failure"].items():
+    for name, weight in ref["restored"].items():
         ranks.assert_close(host.pool.parameters("m")[name].detach(), weight, f"saved {name}")
+
+
+def test_a_group_of_one_through_a_store_is_the_host(make_host, tmp_path: Path) -> None:
+    """A rendezvous given as a Store; one rank: the coordinator alone, no follower to serve."""
+    with pytest.raises(ValueError, match="rank 2"):
+        RankGroup.join(dist.FileStore(str(tmp_path / "unused"), 2), rank=2, world_size=2)
+    alone, host = make_host(), make_host()
+    group = RankGroup.join(dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        dp = DataParallel(host, group)
+        with pytest.raises(RuntimeError, match="followers"):
+            dp.serve()
+        fwd = batches()[0]
+        for run in (dp, alone):
+            run.create_adapter("m", AdapterConfig(rank=4, seed=5))
+        ours, ref = dp.forward_backward("m", fwd), alone.forward_backward("m", fwd)
+        assert ours.metrics == ref.metrics
+        dp.optim_step("m", ADAM)
+        alone.optim_step("m", ADAM)
+        for name, p in alone.pool.parameters("m").items():
+            assert torch.equal(host.pool.parameters("m")[name], p), name
+        dp.ping()
+        dp.stop()
+    finally:
+        group.close()
+    assert not dist.is_initialized()
