@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -28,13 +29,21 @@ def spawn(program: Callable[..., None], world_size: int, tmp_path: Path, *args: 
     )
 
 
-def join(rank: int, world_size: int, rendezvous: str, cache_dir: Path, work: Path):
-    """One thread per rank (the machine's cores are shared), a tiny-model host, the group."""
+def join(
+    rank: int, world_size: int, rendezvous: str, cache_dir: Path, work: Path, **config: object
+):
+    """One thread per rank (the machine's cores are shared), a tiny-model host, the group; a
+    collective that waits two minutes fails (a hang fails the test instead of blocking it)."""
     torch.set_num_threads(1)
     host = ModelHost(
-        TINY_MODEL, HostConfig(spill_dir=work / f"spill-{rank}"), ModelCatalog(cache_dir=cache_dir)
+        TINY_MODEL,
+        HostConfig(spill_dir=work / f"spill-{rank}", **config),  # type: ignore[arg-type]
+        ModelCatalog(cache_dir=cache_dir),
     )
-    return host, RankGroup.join(rendezvous, rank=rank, world_size=world_size)
+    group = RankGroup.join(
+        rendezvous, rank=rank, world_size=world_size, timeout=timedelta(minutes=2)
+    )
+    return host, group
 
 
 def datum(rng: np.random.Generator, n: int, loss: str = "cross_entropy") -> Datum:

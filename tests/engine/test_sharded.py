@@ -18,12 +18,13 @@ from loopwright.types import AdamParams, ForwardBackwardInput
 from workers.engine.catalog import TINY_MODEL, ModelCatalog
 from workers.engine.distributed import DataParallel, is_sharded, shard_base
 from workers.engine.distributed.sharding import local_base_numel
+from workers.engine.errors import InvalidInput
 from workers.engine.host import HostConfig, ModelHost
 from workers.engine.sampler import SampleJob
 
 from . import ranks
 from .reference import randomize_adapter
-from .test_data_parallel import LORA
+from .test_data_parallel import LORA, poisoned
 from .test_training import TEXTS, sft_datum
 
 ADAM = AdamParams(learning_rate=3e-3, grad_clip_norm=1.0)
@@ -31,19 +32,34 @@ STEPS = 6
 PROMPT = [257, *b"loop"]
 
 
-def probe() -> ForwardBackwardInput:
-    rng = np.random.default_rng(5)
+def probe(*lengths: int, seed: int = 5) -> ForwardBackwardInput:
+    rng = np.random.default_rng(seed)
     return ForwardBackwardInput(
-        data=[ranks.datum(rng, n) for n in (11, 29, 6)], loss_fn="cross_entropy"
+        data=[ranks.datum(rng, n) for n in lengths], loss_fn="cross_entropy"
     )
+
+
+# (11, 29, 6): one micro-batch on each rank; (30, 12, 12, 12): one on rank 0 ([30]) and two on
+# rank 1 ([12, 12], [12]) under a 32-token budget; (17,): none on rank 1, which runs an empty one.
+PROBES = [(11, 29, 6), (30, 12, 12, 12), (17,)]
+MAX_BATCH_TOKENS = 32
 
 
 def session(host: ModelHost, run, start) -> dict:
     """What both sides run: ``run`` is an unsharded ModelHost or the sharded DataParallel."""
     run.create_adapter("m", LORA)
     run.load_state("m", start, optimizer=False)
-    out = run.forward_backward("m", probe())
-    record = {"probe": ranks.outputs(out), "grads": ranks.adapter_tensors(host, "m")["grads"]}
+    record: dict = {"probes": []}
+    for lengths in PROBES:
+        out = run.forward_backward("m", probe(*lengths))
+        grads = ranks.adapter_tensors(host, "m")["grads"]
+        record["probes"].append({"out": ranks.outputs(out), "grads": grads})
+    try:
+        run.forward_backward("m", poisoned())
+    except InvalidInput as exc:
+        record["poisoned"] = exc.field
+    after = ranks.adapter_tensors(host, "m")["grads"]
+    record["rolled_back"] = all(torch.equal(after[k], g) for k, g in grads.items())
     run.optim_step("m", ADAM)
     sft = ForwardBackwardInput(
         data=[sft_datum(host.tokenizer, t) for t in TEXTS[:2]], loss_fn="cross_entropy"
@@ -52,7 +68,7 @@ def session(host: ModelHost, run, start) -> dict:
     for _ in range(STEPS):
         record["losses"].append(run.forward_backward("m", sft).metrics["loss:sum"])
         run.optim_step("m", ADAM)
-    record["base_forward"] = ranks.outputs(run.forward(None, probe()))
+    record["base_forward"] = ranks.outputs(run.forward(None, probe(11, 29, 6)))
     (res,) = run.sample("m", [SampleJob(prompt=PROMPT, max_tokens=10, temperature=0.0)])
     record["greedy"] = res.sequences[0].tokens
     record["weights"] = ranks.adapter_tensors(host, "m")["weights"]
@@ -60,15 +76,13 @@ def session(host: ModelHost, run, start) -> dict:
 
 
 def _program(rank, world, rendezvous, cache_dir, work, start) -> None:
-    host, group = ranks.join(rank, world, rendezvous, cache_dir, work)
+    host, group = ranks.join(
+        rank, world, rendezvous, cache_dir, work, max_batch_tokens=MAX_BATCH_TOKENS
+    )
     try:
         shard_base(host, group)
         dp = DataParallel(host, group)
-        held = {
-            "sharded": is_sharded(host),
-            "replicated": dp.replicated,
-            "numel": local_base_numel(host),
-        }
+        held = {"sharded": is_sharded(host) and dp.sharded, "numel": local_base_numel(host)}
         torch.save(held, work / f"held-{rank}.pt")
         if rank == 0:
             record = session(host, dp, start)
@@ -84,7 +98,11 @@ def _program(rank, world, rendezvous, cache_dir, work, start) -> None:
 @pytest.fixture(scope="module")
 def runs(tiny_catalog: ModelCatalog, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("sharded")
-    host = ModelHost(TINY_MODEL, HostConfig(spill_dir=work / "spill-ref"), tiny_catalog)
+    host = ModelHost(
+        TINY_MODEL,
+        HostConfig(spill_dir=work / "spill-ref", max_batch_tokens=MAX_BATCH_TOKENS),
+        tiny_catalog,
+    )
     host.create_adapter("m", LORA)
     randomize_adapter(host, "m", seed=13)
     host.save_state("m", work / "start", optimizer=False)
@@ -98,24 +116,32 @@ def runs(tiny_catalog: ModelCatalog, tmp_path_factory: pytest.TempPathFactory):
 def test_each_rank_stores_half_the_base(runs) -> None:
     _, _, held = runs
     for h in held:
-        assert h["sharded"] and h["replicated"]
+        assert h["sharded"]
         stored, total = h["numel"]
         assert abs(stored - total / 2) <= total * 0.01, (stored, total)
     assert held[0]["numel"][0] + held[1]["numel"][0] == held[0]["numel"][1]
 
 
-def test_gradients_and_logprobs_equal_the_unsharded_model(runs) -> None:
+def test_split_passes_equal_the_unsharded_model(runs) -> None:
+    """Each request split across the ranks, micro-batch counts evened out with empty passes."""
     ours, ref, _ = runs
-    ranks.assert_close(
-        ours["probe"]["metrics"]["loss:sum"], ref["probe"]["metrics"]["loss:sum"], "loss"
-    )
-    for i, lp in enumerate(ref["probe"]["logprobs"]):
-        ranks.assert_close(ours["probe"]["logprobs"][i], lp, f"datum {i} logprobs")
+    for k, (mine, theirs) in enumerate(zip(ours["probes"], ref["probes"], strict=True)):
+        a, b = mine["out"], theirs["out"]
+        ranks.assert_close(a["metrics"]["loss:sum"], b["metrics"]["loss:sum"], f"probe {k} loss")
+        assert a["metrics"]["tokens:sum"] == b["metrics"]["tokens:sum"] == sum(PROBES[k])
+        for i, lp in enumerate(b["logprobs"]):
+            ranks.assert_close(a["logprobs"][i], lp, f"probe {k} datum {i} logprobs")
+        assert set(mine["grads"]) == set(theirs["grads"]) and theirs["grads"]
+        for name, grad in theirs["grads"].items():
+            ranks.assert_close(mine["grads"][name], grad, f"probe {k} grad {name}")
     for i, lp in enumerate(ref["base_forward"]["logprobs"]):
         ranks.assert_close(ours["base_forward"]["logprobs"][i], lp, f"base datum {i} logprobs")
-    assert set(ours["grads"]) == set(ref["grads"]) and ref["grads"]
-    for name, grad in ref["grads"].items():
-        ranks.assert_close(ours["grads"][name], grad, f"grad {name}")
+
+
+def test_a_loss_that_is_not_finite_stops_every_rank(runs) -> None:
+    ours, ref, _ = runs
+    assert ours["poisoned"] == ref["poisoned"] == "data[2]"
+    assert ours["rolled_back"] and ref["rolled_back"]
 
 
 def test_it_trains(runs) -> None:

@@ -93,6 +93,9 @@ class MixedPass:
         self.context_length = context_length
         self.max_batch_tokens = max_batch_tokens
         self.device = device
+        # Told, between each micro-batch's loss and its backward, whether a loss here was not
+        # finite; raising aborts the pass (ranks of a sharded base agree here to stay in step).
+        self.before_backward: Callable[[bool], None] | None = None
 
     def run(self, requests: Sequence[PassRequest]) -> list[ForwardBackwardOutput | Exception]:
         """Each request's output, or the error that request alone would have raised. A failure
@@ -212,6 +215,8 @@ class MixedPass:
                     continue
                 parts[i] = loss_R_T
                 total = total + loss_R_T.sum()
+            if self.before_backward is not None:
+                self.before_backward(bool(failed))
             if failed:
                 return failed
             if backward:
@@ -227,6 +232,15 @@ class MixedPass:
                     loss_R_T[row - start, : d.length].detach().float().cpu().numpy()
                 )
         return {}
+
+
+def micro_batch_count(lengths: Sequence[int], max_tokens: int) -> int:
+    """How many micro-batches ``run`` makes of one request with datums of these lengths."""
+    rows = [
+        _Row(0, batching.PackedDatum(i, np.zeros(n, dtype=np.int64), {}))
+        for i, n in enumerate(lengths)
+    ]
+    return len(_group_rows(rows, max_tokens))
 
 
 def _group_rows(rows: list[_Row], max_tokens: int) -> list[list[_Row]]:

@@ -8,8 +8,8 @@ nothing is sent), its datums split by token count (``split_by_tokens``) and scat
 rank's share run on its host, the LoRA gradients of the call summed across ranks, and the
 per-datum outputs gathered back to the coordinator in the request's order. If any rank fails,
 every rank puts its gradients back as they were before the call and the coordinator raises the
-error (datum indices in it are the request's). On a sharded base (``sharding``) every rank runs
-every request instead: FSDP needs each rank in each pass, so compute is not divided.
+error (datum indices in it are the request's). On a sharded base (``sharding``) the ranks also
+keep their passes in step (``lockstep``), and sampling runs on every rank.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from ..adapters import AdapterConfig
 from ..errors import CheckpointError, EngineError, InvalidInput, UnknownAdapter
 from ..host import ModelHost
 from ..sampler import SampleJob, SampleResult
-from . import replicas
+from . import lockstep, replicas
 from .group import RankGroup
 from .sharding import is_sharded
 from .split import split_by_tokens
@@ -54,7 +54,7 @@ class _Failure:
     """A rank's error in a form every rank can unpickle."""
 
     rank: int
-    kind: str  # "invalid" | "unknown_adapter" | "checkpoint" | "other"
+    kind: str  # "invalid" | "unknown_adapter" | "checkpoint" | "aborted" | "other"
     text: str
     field: str = ""
     message: str = ""
@@ -66,6 +66,8 @@ class _Failure:
             return cls(rank, "invalid", str(exc), field, exc.message)
         if isinstance(exc, UnknownAdapter):
             return cls(rank, "unknown_adapter", str(exc), exc.model_id)
+        if isinstance(exc, lockstep.PassAborted):
+            return cls(rank, "aborted", str(exc))
         if isinstance(exc, CheckpointError):
             return cls(rank, "checkpoint", str(exc))
         return cls(rank, "other", f"{type(exc).__name__}: {exc}")
@@ -86,8 +88,8 @@ class DataParallel:
     def __init__(self, host: ModelHost, group: RankGroup) -> None:
         self.host = host
         self.group = group
-        # A sharded base runs every request on every rank (FSDP all-gathers in each pass).
-        self.replicated = is_sharded(host)
+        # On a sharded base every rank takes part in every pass (FSDP all-gathers in each).
+        self.sharded = is_sharded(host)
 
     # -- the coordinator's side ------------------------------------------------------------
     def create_adapter(self, model_id: str, lora: AdapterConfig) -> None:
@@ -111,7 +113,7 @@ class DataParallel:
         """On the coordinator alone; on a sharded base on every rank, each job's seed fixed by
         the coordinator so every rank decodes the same tokens (and as many steps)."""
         self._require_coordinator()
-        if not self.replicated:
+        if not self.sharded:
             return self.host.sample(model_id, jobs)
         seeded = [
             job if job.seed is not None else replace(job, seed=secrets.randbits(63)) for job in jobs
@@ -181,10 +183,12 @@ class DataParallel:
     ) -> ForwardBackwardOutput:
         self._require_coordinator()
         lengths = self.host.datum_lengths(model_id, fwd, backward=backward)  # refuse before sending
-        if self.replicated:
-            return self._send("pass", model_id=model_id, backward=backward, fwd=fwd, n=len(lengths))
         shares = [
-            (idx, fwd.model_copy(update={"data": [fwd.data[i] for i in idx]}) if idx else None)
+            (
+                idx,
+                [lengths[i] for i in idx],
+                fwd.model_copy(update={"data": [fwd.data[i] for i in idx]}) if idx else None,
+            )
             for idx in split_by_tokens(lengths, self.group.world_size)
         ]
         return self._send(
@@ -203,9 +207,11 @@ class DataParallel:
         failures = [f for f in self.group.all_gather(mine) if f is not None]
         if not failures:
             return
-        if error is not None and self.group.is_coordinator:
-            raise mine.error() if isinstance(error, InvalidInput) and indices else error  # type: ignore[union-attr]
-        raise failures[0].error()
+        # A rank that stopped because another failed reports the other's error.
+        causes = [f for f in failures if f.kind != "aborted"] or failures
+        if mine is not None and mine.kind != "aborted" and self.group.is_coordinator:
+            raise mine.error() if isinstance(error, InvalidInput) and indices else error  # type: ignore[misc]
+        raise causes[0].error()
 
     def _attempt(self, fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, BaseException | None]:
         try:
@@ -214,37 +220,32 @@ class DataParallel:
             return None, exc
 
     def _run_pass(
-        self,
-        model_id: str | None,
-        backward: bool,
-        n: int,
-        shares: list | None = None,
-        fwd: ForwardBackwardInput | None = None,
+        self, model_id: str | None, backward: bool, n: int, shares: list | None = None
     ) -> ForwardBackwardOutput | None:
-        if self.replicated:
-            indices: list[int] = list(range(n))
-        else:
-            indices, fwd = self.group.scatter(shares)
+        indices, lengths, fwd = self.group.scatter(shares)
         run = self.host.forward_backward if backward else self.host.forward
         params: dict[str, torch.nn.Parameter] = {}
         out, error = None, None
-        if backward and not self.replicated:
+        if backward:
             params, error = self._attempt(self.host.pool.parameters, model_id)
             params = params or {}
         before = {name: p.grad for name, p in params.items()}
-        if error is None:
+        try:
+            if self.sharded:
+                self._agree(error, indices)  # every rank starts the passes, or none does
             for p in params.values():
                 p.grad = None  # the call's own share, summed across ranks below
-            if fwd is not None:
+            if self.sharded:
+                out, error = self._attempt(
+                    lockstep.run_in_step, self.host, self.group.device, run, model_id, fwd, lengths
+                )
+            elif fwd is not None and error is None:
                 out, error = self._attempt(run, model_id, fwd)
-        try:
             self._agree(error, indices)
-        except EngineError:
+        except BaseException:
             replicas.restore_gradients(params, before)
             raise
         replicas.reduce_gradients(params, before)
-        if self.replicated:
-            return out
         parts = self.group.gather((indices, out))
         return None if parts is None else _merge(parts, n)
 

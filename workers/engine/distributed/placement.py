@@ -3,8 +3,9 @@
 What one rank holds: the base weights (1/G of them when sharded over G ranks, plus the layers
 FSDP all-gathers around the one running), each adapter's fp32 LoRA weights, gradients and AdamW
 moments, and the larger of a training pass's saved activations and a sampling batch's KV
-cache (they are not held together). A sharded group runs every request on every rank, so
-activations and KV cache are not divided by G; only the weights are.
+cache (they are not held together). Each rank's pass holds at most the tokens-per-pass budget
+whatever G is, and a sharded group samples on every rank, so activations and KV cache are not
+divided by G; only the weights are.
 """
 
 from __future__ import annotations

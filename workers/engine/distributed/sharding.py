@@ -4,8 +4,8 @@ Each decoder layer and the whole model become FSDP units over a 1-D mesh of the 
 keeps 1/N of every frozen base weight and all-gathers a unit's weights just before it runs
 (forward, backward, each decoding step). The LoRA adapters are left out of FSDP
 (``ignored_params``, and adapters created later are plain parameters): they are small, each rank
-holds them whole, and ``DataParallel`` keeps them identical. Every rank must run every pass of
-the model in the same order, which is why a sharded group runs each request on every rank.
+holds them whole, and ``DataParallel`` keeps them identical. Every rank must make the same
+passes in the same order: ``lockstep`` sees to it.
 """
 
 from __future__ import annotations
