@@ -4,7 +4,8 @@ Each rank is a spawned process with its own ModelHost (one thread each on a CPU,
 with ``--device cuda``), joined over gloo (CPU) or NCCL (CUDA) through a rendezvous file. The
 coordinator times ``DataParallel.forward_backward`` of one fixed batch (datums of varied
 lengths, split by token count) and reports tokens/s and the scaling efficiency
-``tokens/s at N ÷ (N × tokens/s at 1)``. Nothing asserts on speed.
+``tokens/s at N ÷ (N × tokens/s at 1)``; ``--sharded`` shards the base over the ranks (FSDP2)
+first. Nothing asserts on speed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch.multiprocessing as mp
 from loopwright.types import Datum, ForwardBackwardInput, ModelInput
 from workers.engine.adapters import AdapterConfig
 from workers.engine.catalog import TINY_MODEL, default_catalog
-from workers.engine.distributed import DataParallel, RankGroup
+from workers.engine.distributed import DataParallel, RankGroup, shard_base
 from workers.engine.host import HostConfig, ModelHost
 
 from .report import RANK
@@ -50,8 +51,16 @@ def _rank(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(args.threads)
     device = f"cuda:{rank}" if args.device == "cuda" else "cpu"
-    host = ModelHost(args.model, HostConfig(device=device, spill_dir=out / f"spill-{world}-{rank}"))
+    config = HostConfig(
+        device=device,
+        # a sharded base is loaded into host memory and only its shards go to the GPU
+        load_device="cpu" if args.sharded else None,
+        spill_dir=out / f"spill-{world}-{rank}",
+    )
+    host = ModelHost(args.model, config)
     group = RankGroup.join(rendezvous, rank=rank, world_size=world, device=device)
+    if args.sharded:
+        shard_base(host, group)
     dp = DataParallel(host, group)
     try:
         if rank != 0:
@@ -96,6 +105,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256, help="mean tokens per datum")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per rank")
+    parser.add_argument(
+        "--sharded", action="store_true", help="shard the base over the ranks (FSDP2)"
+    )
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()
     sizes = [int(n) for n in args.ranks.split(",")]
@@ -109,7 +121,7 @@ def main() -> None:
             rows.append(measure(world, args, Path(tmp)))
     base = rows[0]["tokens"] / rows[0]["seconds"] / rows[0]["ranks"]
     print(
-        f"{args.model} on {args.device}, {args.datums} datums, {rows[0]['tokens']} tokens per "
+        f"{args.model} {'sharded' if args.sharded else 'whole'} on {args.device}, {args.datums} datums, {rows[0]['tokens']} tokens per "
         f"forward_backward, {args.threads} thread(s) per rank, {cores} cores, "
         f"load average {os.getloadavg()[0]:.1f}"
     )

@@ -51,6 +51,9 @@ class HostConfig:
     """How a host loads its base model and how much it holds."""
 
     device: str = "cpu"
+    # Where the base is loaded when that is not ``device``: "cpu" for a base that only fits the
+    # accelerator once sharded (``distributed.shard_base`` then moves each rank's shards there).
+    load_device: str | None = None
     dtype: str | None = None  # default: float32 on CPU, bfloat16 on an accelerator
     max_loaded_adapters: int = 16
     max_lora_rank: int = 128
@@ -81,7 +84,7 @@ class ModelHost:
         hf_logging.disable_progress_bar()
         started = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
-        model.to(self.device).requires_grad_(False)  # type: ignore[arg-type]  # transformers' .to stub
+        model.to(self.config.load_device or self.device).requires_grad_(False)  # type: ignore[arg-type]  # transformers' .to stub
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
             self.materialized.path
         )

@@ -32,12 +32,18 @@ def shard_base(host: ModelHost, group: RankGroup) -> None:
     """Shard the host's frozen base over the group (every rank calls it, with the same model).
 
     The host must have no training adapter yet (the placeholder aside): its base weights are
-    replaced by this rank's shards in place.
+    replaced by this rank's shards in place, on the host's device. A host loaded elsewhere
+    (``HostConfig.load_device="cpu"`` for a base too big for one GPU) has each layer moved to
+    the GPU whole, cut, and its other pieces freed, one layer at a time.
     """
     if host.pool.ids():
         raise ValueError("shard the base before creating adapters")
+    if host.device.type != group.device.type:
+        raise ValueError(f"the host computes on {host.device}, the group is on {group.device}")
     mesh = init_device_mesh(group.device.type, (group.world_size,))
     lora = {p for name, p in host.pool.model.named_parameters() if "lora_" in name}
+    for p in lora:  # the placeholder adapter, which FSDP leaves alone
+        p.data = p.data.to(host.device)
     base = host.pool.model.get_base_model()
     for layer in decoder_layers(base):
         fully_shard(layer, mesh=mesh, ignored_params=lora)
