@@ -116,16 +116,31 @@ def session(host, run, checkpoint: Path, save_to: Path) -> dict:
     return record
 
 
+_RECEIVED: list = []
+
+
+class _Recording(RankGroup):
+    """The group as a follower sees it, keeping every broadcast it receives."""
+
+    def broadcast(self, obj=None):
+        got = super().broadcast(obj)
+        _RECEIVED.append(got)
+        return got
+
+
 def _program(rank, world, rendezvous, cache_dir, work, checkpoint) -> None:
     host, group = ranks.join(rank, world, rendezvous, cache_dir, work)
-    dp = DataParallel(host, group)
     try:
         if rank == 0:
+            dp = DataParallel(host, group)
             record = session(host, dp, checkpoint, work / "saved-dp")
             dp.stop()
             torch.save(record, work / "coordinator.pt")
         else:
-            dp.serve()
+            recording = _Recording(group.rank, group.world_size, group.device, group.backend)
+            DataParallel(host, recording).serve()
+            headers = [h for h in _RECEIVED if isinstance(h, tuple) and isinstance(h[0], str)]
+            torch.save([(op, sorted(args)) for op, args in headers], work / "headers.pt")
     finally:
         group.close()
 
@@ -140,6 +155,7 @@ def runs(tiny_catalog: ModelCatalog, tmp_path_factory: pytest.TempPathFactory):
     host.remove_adapter("m")
     ranks.spawn(_program, 2, work, tiny_catalog.cache_dir, work, work / "start")
     ours = torch.load(work / "coordinator.pt", weights_only=False)
+    ours["headers"] = torch.load(work / "headers.pt", weights_only=False)
     reference = session(host, host, work / "start", work / "saved-ref")
     return ours, reference, work
 
@@ -188,6 +204,19 @@ def test_gradients_and_adam_updates_match_one_host_on_every_rank(runs) -> None:
         ranks.assert_close(ours["after_failure"][name], weight, f"final weight {name}")
     for name, weight in ref["restored"].items():
         ranks.assert_close(ours["restored"][name], weight, f"step after restore {name}")
+
+
+def test_headers_carry_no_datums(runs) -> None:
+    """Each rank receives its own share (scatter); the header every rank gets is small."""
+    ours, _, _ = runs
+    passes = [keys for op, keys in ours["headers"] if op == "pass"]
+    assert (
+        len(passes) == 3 + 3 + 1
+    )  # forward_backward ×(3 steps, good, poisoned, snapshot), forward
+    assert all(keys == ["backward", "model_id", "n"] for keys in passes)
+    ops = [op for op, _ in ours["headers"]]
+    assert ops[:2] == ["create_adapter", "load_state"] and ops[-1] == "stop"
+    assert "save_state" not in ops and "sample" not in ops  # the coordinator's alone
 
 
 def test_a_failed_share_rolls_every_rank_back(runs) -> None:

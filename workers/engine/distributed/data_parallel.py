@@ -173,10 +173,12 @@ class DataParallel:
         if not self.group.is_coordinator:
             raise RuntimeError("only rank 0 takes requests; followers run serve()")
 
-    def _send(self, op: str, **args: Any) -> Any:
+    def _send(self, op: str, coordinator_only: Mapping[str, Any] | None = None, **args: Any) -> Any:
+        """Broadcast the header ``(op, args)`` and take part; ``coordinator_only`` arguments
+        stay here (what the operation distributes itself, e.g. each rank's share)."""
         self._require_coordinator()
         self.group.broadcast((op, args))
-        return None if op == "stop" else self._run(op, args)
+        return None if op == "stop" else self._run(op, {**args, **(coordinator_only or {})})
 
     def _pass(
         self, model_id: str | None, fwd: ForwardBackwardInput, *, backward: bool
@@ -192,7 +194,7 @@ class DataParallel:
             for idx in split_by_tokens(lengths, self.group.world_size)
         ]
         return self._send(
-            "pass", model_id=model_id, backward=backward, shares=shares, n=len(lengths)
+            "pass", {"shares": shares}, model_id=model_id, backward=backward, n=len(lengths)
         )
 
     def _run(self, op: str, args: Mapping[str, Any]) -> Any:
