@@ -79,6 +79,10 @@ bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling, training), and vs HF generate
 	$(BIN)/python -m bench.batching_bench
 
+.PHONY: bench-gpu
+bench-gpu: setup ## on a GPU: bf16 decode at batch 64 against the bandwidth roofline, training MFU (~1B config)
+	$(BIN)/python -m bench.gpu_bench
+
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 
