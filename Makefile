@@ -83,6 +83,10 @@ bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling
 bench-distributed: setup ## one session's forward_backward tokens/s on 1, 2 and 4 data-parallel ranks (add ARGS="--device cuda" on GPUs)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.distributed_bench $(ARGS)
 
+.PHONY: bench-gpu
+bench-gpu: setup ## on a GPU: bf16 decode at batch 64 against the bandwidth roofline, training MFU (~1B config)
+	$(BIN)/python -m bench.gpu_bench
+
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 
