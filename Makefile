@@ -43,8 +43,10 @@ serve: setup ## the service on the embedded default: http://127.0.0.1:8000, API 
 demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU, no services)
 	$(BIN)/python -m workers.engine.demo
 
+# Two test processes, each taking a whole file at a time (a file's stack is started once).
+TEST_PROCESSES ?= 2
 test: setup tinker-venv ## the whole test suite
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 test-fast: setup tinker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"

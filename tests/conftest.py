@@ -9,6 +9,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two test processes share the cores: torch's default of one thread per core would put
+    # four threads on two cores, and every multi-threaded op would wait at its barrier for a
+    # thread the other process has taken off the core.
+    import torch
+
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):

@@ -117,7 +117,7 @@ class Stack:
                 "--worker-class",
                 "gthread",
                 "--threads",
-                "32",
+                "16",  # each thread keeps a database connection: two stacks fit the server's 100
                 "--timeout",
                 "120",
             ],
