@@ -45,7 +45,12 @@ def test_sampler_logprobs_equal_forward_logprobs_at_temperature_one(trained) -> 
         for seq in result.sequences:
             assert len(seq.tokens) == 24 and seq.stop_reason == "length"
             expected = forward_logprobs(trained, "m", prompt, seq.tokens)
-            assert np.abs(np.array(seq.logprobs) - expected).max() <= 1e-4
+            gaps = np.abs(np.array(seq.logprobs) - expected)
+            # One token at a time against the KV cache, and the whole sequence at once: the same
+            # float32 arithmetic in other shapes. Typically 3e-7 apart; with this strongly
+            # randomized adapter a few positions reach 2e-4 (eager and SDPA attention alike). A
+            # wrong position, mask or adapter is off by 1e-1 or more.
+            assert np.median(gaps) <= 2e-6 and gaps.max() <= 5e-4
 
 
 def test_prompt_logprobs_match_an_independent_forward(trained) -> None:
