@@ -29,6 +29,13 @@ class DomainError(Exception):
         self.field = field
 
 
+class Unreadable(DomainError):
+    """A request body that is not what the request is read from (not a JSON object): answered
+    as a body that does not parse."""
+
+    code = "parse_error"
+
+
 class NotFound(DomainError):
     """Missing, or another tenant's: the answer is the same."""
 

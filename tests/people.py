@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.iam.provisioning import account_create
+from controlplane.iam.services import api_key_create
 from controlplane.tenants.models import Membership
-from controlplane.tenants.services import api_key_create, membership_add, user_create
+from controlplane.tenants.services import membership_add, user_create
 
 PASSWORD = "correct horse battery staple"
 

@@ -15,11 +15,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.edge.callers import allow, can, may
-from controlplane.iam import selectors as iam_selectors
-from controlplane.iam import services as iam_services
+from controlplane.iam import selectors, services
+from controlplane.iam.models import ApiKey
 from controlplane.iam.resources import api_key_arn, user_arn
-from controlplane.tenants import selectors, services
-from controlplane.tenants.models import ApiKey
 
 from . import shown_once
 from .formkit import Form, submit
@@ -53,8 +51,8 @@ def _owner_choices(request: HttpRequest) -> tuple[list[tuple[str, str]], list]:
     choices = [(ME, f"You ({request.principal.arn})")]
     untrusting = []
     if may(request, "iam:ListRoles"):
-        for role in iam_selectors.roles(tenant=request.tenant):
-            if iam_services.role_trusts(role, request.principal.arn):
+        for role in selectors.roles(tenant=request.tenant):
+            if services.role_trusts(role, request.principal.arn):
                 choices.append((f"role:{role.name}", f"Role {role.name}"))
             else:
                 choices.append((f"role:{role.name}", f"Role {role.name} (does not trust you)"))
@@ -65,7 +63,7 @@ def _owner_choices(request: HttpRequest) -> tuple[list[tuple[str, str]], list]:
 def _owner(request: HttpRequest, choice: str, action: str):
     """The user or role that ``choice`` names, once ``action`` is allowed on it."""
     if choice.startswith("role:"):
-        role = iam_selectors.role_get(tenant=request.tenant, name=choice[5:], field="owner")
+        role = selectors.role_get(tenant=request.tenant, name=choice[5:], field="owner")
         allow(request, action, role.arn)
         return role
     allow(request, action, request.principal.arn)
@@ -84,7 +82,7 @@ def _create(request: HttpRequest, data: dict):
     owner = _owner(request, data["owner"], "iam:CreateApiKey")
     if data["owner"] != ME:
         # using a role's key is assuming the role: its trust policy must name the caller
-        iam_services.trust_required(owner, request.principal.arn, field="owner")
+        services.trust_required(owner, request.principal.arn, field="owner")
     return services.api_key_create(
         tenant=request.tenant,
         name=data["name"],

@@ -119,8 +119,20 @@ def authorize(
         principal, action, resource, request=request, context=context, audit_allowed=audit_allowed
     )
     if not decision.allowed:
-        raise AccessDenied(
-            f"{principal.arn} is not authorized to perform {action} on {resource}: "
-            f"{decision.reason}"
-        )
+        raise _denied(principal.arn, action, resource, decision)
     return decision
+
+
+def enforce(decision: Decision, event: AuditEvent) -> Decision:
+    """``authorize`` for a decision ``decide`` made: write its audit row, then allow or raise
+    ``AccessDenied`` (403) as ``authorize`` does."""
+    audit_save(event)
+    if not decision.allowed:
+        raise _denied(event.principal, event.action, event.resource, decision)
+    return decision
+
+
+def _denied(principal: str, action: str, resource: str, decision: Decision) -> AccessDenied:
+    return AccessDenied(
+        f"{principal} is not authorized to perform {action} on {resource}: {decision.reason}"
+    )

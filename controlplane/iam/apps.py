@@ -11,13 +11,15 @@ class IamConfig(AppConfig):
         from django.db.models.signals import post_delete, post_save
 
         from controlplane import process_cache
-        from controlplane.tenants.models import ApiKey, Membership, Tenant
-        from controlplane.tenants.signals import own_login_event
+        from controlplane.tenants.models import Membership, Tenant
+        from controlplane.tenants.signals import membership_removed, own_login_event
 
-        from .models import Role, RolePolicy, UserPolicy
+        from .models import ApiKey, Role, RolePolicy, UserPolicy
         from .own_logins import audit_own_account
+        from .services import member_keys_revoke
 
         own_login_event.connect(audit_own_account, dispatch_uid="iam-own-login-audit")
+        membership_removed.connect(member_keys_revoke, dispatch_uid="iam-member-keys-revoke")
 
         # What an API key resolves to depends on these rows: any change empties the caches.
         for model in (ApiKey, Membership, Tenant, get_user_model(), Role, RolePolicy, UserPolicy):

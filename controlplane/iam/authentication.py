@@ -7,11 +7,12 @@ from rest_framework import authentication, exceptions
 
 from controlplane import process_cache
 from controlplane.tenants.models import Membership
-from controlplane.tenants.selectors import api_key_for
-from controlplane.tenants.services import api_key_touch, key_digest
+from controlplane.tenants.services import key_digest
 
 from . import credential_cache
 from .principals import Principal, for_api_key, for_membership
+from .selectors import api_key_for
+from .services import api_key_touch
 
 TENANT_HEADER = "X-Loopwright-Account"  # which of a logged-in user's tenants a call is for
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controlplane.tenants.models import ApiKey, Membership, Tenant
+from controlplane.tenants.models import Membership, Tenant
 
 from .builtin import membership_policy
-from .models import Role
+from .models import ApiKey, Role
 from .policy import PolicyDocument
 from .resources import user_arn
 

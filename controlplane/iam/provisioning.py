@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from controlplane.tenants.models import Membership
-from controlplane.tenants.services import api_key_create, signup
+from controlplane.tenants.services import signup
 
 from .models import Role
 from .principals import for_membership
-from .services import tenant_bootstrap
+from .services import api_key_create, tenant_bootstrap
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,30 @@
-"""Writes for roles and policies. Documents are validated before anything is saved, so a bad
-document changes nothing; every write is recorded in the audit log by the caller's check."""
+"""Writes for roles, policies and API keys. Documents are validated before anything is saved, so
+a bad document changes nothing; every write is recorded in the audit log by the caller's check."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
+from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, NotFound
 from controlplane.tenants.models import Membership, Tenant
+from controlplane.tenants.services import clean_name, key_digest
 
 from .errors import PolicyError
 from .evaluation import evaluate_trust
-from .models import SESSIONS_SERVICE, Role, RolePolicy, UserPolicy
+from .models import SESSIONS_SERVICE, ApiKey, Role, RolePolicy, UserPolicy
 from .policy import PolicyDocument
-from .selectors import ROLE_NAME
+from .selectors import KEY_PREFIX, ROLE_NAME
 
 POLICY_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,128}$")
 MAX_INLINE_POLICIES = 10
+MAX_KEY_DAYS = 3650
 
 DEFAULT_TRUST_POLICY: dict[str, Any] = {
     "Version": "2012-10-17",
@@ -232,4 +237,60 @@ def tenant_bootstrap(*, tenant: Tenant, actor: str) -> Role:
         name=SESSION_ROLE_NAME,
         description="Role that training sessions run as (created with the account)",
         policies={"sessions": session_role_policy(tenant.account_id)},
+    )
+
+
+# -- API keys --------------------------------------------------------------------------------
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    user=None,
+    role: Role | None = None,
+    expires_in_days: int | None = None,
+) -> tuple[ApiKey, str]:
+    """Returns the key row and the raw key, which is shown once and never stored."""
+    if (user is None) == (role is None):
+        raise ValueError("an API key belongs to exactly one user or role")
+    name = clean_name(name, "name")
+    expires_at = None
+    if expires_in_days is not None:
+        if not 1 <= expires_in_days <= MAX_KEY_DAYS:
+            raise DomainError(
+                f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days"
+            )
+        expires_at = timezone.now() + timedelta(days=expires_in_days)
+    prefix = KEY_PREFIX + secrets.token_hex(6)
+    raw = f"{prefix}.{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(
+        tenant=tenant,
+        user=user,
+        role=role,
+        name=name,
+        prefix=prefix,
+        digest=key_digest(raw),
+        expires_at=expires_at,
+    )
+    return key, raw
+
+
+def api_key_revoke(*, key: ApiKey) -> ApiKey:
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+    return key
+
+
+def api_key_touch(*, key: ApiKey) -> None:
+    """Record use, at most once a minute per key (a write per request would be wasteful)."""
+    now = timezone.now()
+    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+        key.last_used_at = now
+
+
+def member_keys_revoke(sender=None, *, membership: Membership, **_kwargs) -> None:
+    """A member leaving the tenant: their keys there stop working (``membership_removed``)."""
+    ApiKey.objects.filter(tenant=membership.tenant, user=membership.user).update(
+        revoked_at=timezone.now()
     )

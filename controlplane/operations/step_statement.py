@@ -69,6 +69,7 @@ def submit(
         created_at=now,
     )
     stale = now - timedelta(seconds=TOUCH_SECONDS)
+    outcome = audit.outcome
     if audit.allowed and audit.mutating:  # written only together with the operation
         audit.outcome = AuditEvent.Outcome.SUCCEEDED
     tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
@@ -93,6 +94,7 @@ def submit(
         cursor.execute(_statement(), params)
         row = cursor.fetchone()
     if row is None:
+        audit.outcome = outcome  # not written: the general path writes it as it would have
         return None
     session_id, worker_id, queue, base_model = row
     op.session_id, op.model_id, op.worker_id = session_id, model_id, worker_id

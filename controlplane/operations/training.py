@@ -3,8 +3,9 @@
 
 Each training request lands as an Operation with the client's ``seq_id``; ``(model, seq_id)`` is
 unique, so a retried request returns the same row and another body with the same ``seq_id`` is a
-409. The worker is woken after commit. A training step is submitted in one statement where
-that can be done (``submit_step``, ``step_statement``), else the portable way.
+409. The worker is woken after commit. A training step enters through ``submit``, which takes it
+in one statement where that can be done (``submit_step``, ``step_statement``), else the portable
+way (``training_submit``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from collections.abc import Callable
 from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
+from pydantic import ValidationError
 
 from controlplane import dispatch, row_mapper
 from controlplane.audit.models import AuditEvent
-from controlplane.errors import DomainError
+from controlplane.audit.services import audited_transaction
+from controlplane.errors import DomainError, Unreadable
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
+from controlplane.iam.access import enforce
+from controlplane.iam.evaluation import Decision
 from controlplane.metering.budget import budget_exhausted, token_budget_check
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
@@ -29,6 +34,7 @@ from controlplane.training_sessions.selectors import session_get
 from controlplane.training_sessions.services import placement, vocabulary
 from controlplane.training_sessions.services.lora import lora_checked
 from controlplane.training_sessions.services.sessions import session_touch
+from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
 
 from . import ordering, step_statement
 from .admission import (
@@ -43,10 +49,14 @@ from .admission import (
 from .sampling import sampler_seq_free
 
 DEFAULT_ALPHA = 32.0
-# the requests of a training loop, which a submit takes in one statement where it can
-STEP_KINDS = frozenset(
-    {Operation.Kind.FORWARD, Operation.Kind.FORWARD_BACKWARD, Operation.Kind.OPTIM_STEP}
-)
+# the requests of a training loop, which a submit takes in one statement where it can, and the
+# wire type of each
+STEP_REQUESTS: dict[str, type[ForwardRequest | ForwardBackwardRequest | OptimStepRequest]] = {
+    Operation.Kind.FORWARD: ForwardRequest,
+    Operation.Kind.FORWARD_BACKWARD: ForwardBackwardRequest,
+    Operation.Kind.OPTIM_STEP: OptimStepRequest,
+}
+STEP_KINDS = frozenset(STEP_REQUESTS)
 
 
 # -- models ----------------------------------------------------------------------------------
@@ -164,6 +174,73 @@ def request_payload(req) -> dict:
     return req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
 
 
+def submit(
+    *,
+    tenant: Tenant,
+    kind: str,
+    body: object,
+    access: tuple[Decision, AuditEvent],
+    request_id: str | None = None,
+) -> Operation:
+    """A training step (a ``STEP_KINDS`` request) from its wire ``body``, with the caller's IAM
+    decision on its model and that decision's audit row, not yet written (``access``, from
+    ``iam.access.decide``): the operation, inserted once (a retry gets its earlier one back).
+
+    Taken in one statement where it can be (``submit_step``); else the portable way, in one
+    transaction with the audit row: refused if the decision says no (403), then if the body is
+    not a ``kind`` request (400), then whatever ``training_submit`` finds (404, 409, 402, …).
+    A refused request still takes its ``seq_id`` (``training_reject``). ``request_id``: the
+    operation's id, if it is a new one (a waiter may be listening for it already)."""
+    decision, audit = access
+    try:
+        if (op := _in_one_statement(tenant, kind, body, audit, request_id)) is not None:
+            return op
+        with audited_transaction():  # the audit row and the operation: one commit
+            enforce(decision, audit)
+            if not isinstance(body, dict):
+                raise Unreadable("the request body must be a JSON object")
+            req = STEP_REQUESTS[kind].model_validate(body)
+            return training_submit(
+                tenant=tenant,
+                model_id=req.model_id,
+                seq_id=req.seq_id,
+                kind=kind,
+                payload=request_payload(req),
+                request_id=request_id,
+            )
+    except (DomainError, ValidationError) as exc:
+        known = body if isinstance(body, dict) else {}
+        training_reject(
+            tenant=tenant,
+            model_id=known.get("model_id"),
+            seq_id=known.get("seq_id"),
+            kind=kind,
+            error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
+        )
+        raise
+
+
+def _in_one_statement(
+    tenant: Tenant, kind: str, body: object, audit: AuditEvent, request_id: str | None
+) -> Operation | None:
+    """``body`` offered to ``submit_step`` if it may take it; None if it did not."""
+    if not (one_statement_steps(kind) and audit.allowed and isinstance(body, dict)):
+        return None
+    try:
+        req = STEP_REQUESTS[kind].model_validate(body)
+    except ValidationError:
+        return None  # refused the portable way, which says why
+    return submit_step(
+        tenant=tenant,
+        model_id=req.model_id,
+        seq_id=req.seq_id,
+        kind=kind,
+        payload=request_payload(req),
+        audit=audit,
+        request_id=request_id,
+    )
+
+
 def one_statement_steps(kind: str) -> bool:
     """Whether a ``kind`` request is tried with ``submit_step`` here: a training step,
     on PostgreSQL, outside any transaction (its statement commits by itself)."""
@@ -214,10 +291,12 @@ def training_submit(
     kind: str,
     payload: dict,
     plan: dict | None = None,
+    request_id: str | None = None,
 ) -> Operation:
-    """Insert the operation under the model's row lock, in two statements: the lock (which
-    also reads the model's session and worker, and any earlier request with this ``seq_id``),
-    then the insert (whose trigger wakes the worker on PostgreSQL)."""
+    """Insert the operation (``request_id``, or a fresh id) under the model's row lock, in two
+    statements: the lock (which also reads the model's session and worker, and any earlier
+    request with this ``seq_id``), then the insert (whose trigger wakes the worker on
+    PostgreSQL)."""
     locked = _model_locked(tenant=tenant, model_id=model_id, seq_id=seq_id)
     if locked is None:
         raise NotFound(f"model {model_id!r} not found", field="model_id")
@@ -272,7 +351,7 @@ def training_submit(
         payload_digest=payload_digest,
         plan=plan,
     )
-    op.id = new_id("req")
+    op.id = request_id or new_id("req")
     # Every insert of a model's operation holds the model's row lock. A request that took this
     # seq_id while the lock was waited for is not in the look above (its snapshot is older):
     # the insert steps aside, and it is answered as a retry or a conflict.

@@ -1,2 +1,2 @@
-"""Tenants, their members, invitations, API keys, subnets and storage locations (the lowest app:
-it imports none of the others and announces what they record through ``signals``)."""
+"""Tenants, their members, invitations, subnets and storage locations (the lowest app: it imports
+none of the others and announces what they record through ``signals``)."""

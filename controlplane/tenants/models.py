@@ -1,5 +1,5 @@
-"""A tenant is an organisation with a 12-digit account id; people join it through memberships and
-scripts authenticate with API keys that belong to a user or an IAM role (stored only as HMACs)."""
+"""A tenant is an organisation with a 12-digit account id; people join it through memberships
+(the API keys that scripts authenticate with are IAM's: ``iam.models.ApiKey``)."""
 
 from __future__ import annotations
 
@@ -60,44 +60,6 @@ class Invitation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     accepted_at = models.DateTimeField(null=True, blank=True)
-
-
-class ApiKey(models.Model):
-    """``tml-<prefix>.<secret>``: the prefix is shown and indexed, the whole key is HMAC'd.
-
-    A key acts as exactly one principal: a member of the tenant, or one of its IAM roles.
-    """
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        on_delete=models.CASCADE,
-        null=True,
-        blank=True,
-        related_name="api_keys",
-    )
-    role = models.ForeignKey(
-        "iam.Role", on_delete=models.CASCADE, null=True, blank=True, related_name="api_keys"
-    )
-    name = models.CharField(max_length=200)
-    prefix = models.CharField(max_length=32, unique=True)
-    digest = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=models.Q(user__isnull=False, role__isnull=True)
-                | models.Q(user__isnull=True, role__isnull=False),
-                name="api_key_has_one_principal",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.name})"
 
 
 class LoginFailure(models.Model):

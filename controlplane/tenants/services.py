@@ -1,4 +1,5 @@
-"""Writes for tenants, their members, invitations and API keys. Every write names its actor."""
+"""Writes for tenants, their members and invitations, subnets and storage locations. Every write
+names its actor."""
 
 from __future__ import annotations
 
@@ -17,22 +18,13 @@ from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, NotFound
 
-from .models import ApiKey, Invitation, Membership, StorageLocation, Subnet, Tenant
-from .signals import own_login_event
-
-KEY_PREFIX = "tml-"  # the official tinker SDK only accepts keys that start with it
-MAX_KEY_DAYS = 3650
+from .models import Invitation, Membership, StorageLocation, Subnet, Tenant
+from .signals import membership_removed, own_login_event
 
 
 def key_digest(raw: str) -> str:
+    """The HMAC under which a secret shown once (an invitation's token, an API key) is stored."""
     return hmac.new(settings.SECRET_KEY.encode(), raw.encode(), hashlib.sha256).hexdigest()
-
-
-def split_key(raw: str) -> str | None:
-    """The visible prefix of a well-formed key, or None."""
-    if not raw.startswith(KEY_PREFIX) or "." not in raw:
-        return None
-    return raw.split(".", 1)[0]
 
 
 def _clean_email(email: str, field: str = "email") -> str:
@@ -51,7 +43,8 @@ def _check_password(password: str, user=None) -> None:
         raise DomainError("password: " + " ".join(exc.messages), field="password") from None
 
 
-def _clean_name(name: str, field: str, limit: int = 200) -> str:
+def clean_name(name: str, field: str, limit: int = 200) -> str:
+    """A name without its surrounding blanks: required, at most ``limit`` characters."""
     name = (name or "").strip()
     if not name:
         raise DomainError(f"{field} is required", field=field)
@@ -79,7 +72,7 @@ def password_change(*, user, old_password: str, new_password: str, source_ip=Non
 
 
 def tenant_create(*, name: str) -> Tenant:
-    return Tenant.objects.create(name=_clean_name(name, "tenant_name"))
+    return Tenant.objects.create(name=clean_name(name, "tenant_name"))
 
 
 def user_create(*, email: str, password: str | None):
@@ -102,7 +95,7 @@ def signup_problems(*, email: str, password: str | None, tenant_name: str) -> li
     ``signup`` refuses with the first)."""
     problems: list[DomainError] = []
     for check in (
-        lambda: _clean_name(tenant_name, "tenant_name"),
+        lambda: clean_name(tenant_name, "tenant_name"),
         lambda: _email_free(_clean_email(email)),
         lambda: password is None or _check_password(password, _new_user(email)),
     ):
@@ -160,9 +153,7 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
 def membership_remove(*, membership: Membership) -> None:
     if membership.role == Membership.Role.OWNER:
         _keep_an_owner(membership)
-    ApiKey.objects.filter(tenant=membership.tenant, user=membership.user).update(
-        revoked_at=timezone.now()
-    )
+    membership_removed.send(sender=membership_remove, membership=membership)
     membership.delete()
 
 
@@ -226,54 +217,6 @@ def invitation_accept(*, token: str, password: str | None = None, user=None) -> 
     invitation.accepted_at = timezone.now()
     invitation.save(update_fields=["accepted_at"])
     return membership
-
-
-def api_key_create(
-    *,
-    tenant: Tenant,
-    name: str,
-    user=None,
-    role=None,
-    expires_in_days: int | None = None,
-) -> tuple[ApiKey, str]:
-    """Returns the key row and the raw key, which is shown once and never stored."""
-    if (user is None) == (role is None):
-        raise ValueError("an API key belongs to exactly one user or role")
-    name = _clean_name(name, "name")
-    expires_at = None
-    if expires_in_days is not None:
-        if not 1 <= expires_in_days <= MAX_KEY_DAYS:
-            raise DomainError(
-                f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days"
-            )
-        expires_at = timezone.now() + timedelta(days=expires_in_days)
-    prefix = KEY_PREFIX + secrets.token_hex(6)
-    raw = f"{prefix}.{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(
-        tenant=tenant,
-        user=user,
-        role=role,
-        name=name,
-        prefix=prefix,
-        digest=key_digest(raw),
-        expires_at=expires_at,
-    )
-    return key, raw
-
-
-def api_key_revoke(*, key: ApiKey) -> ApiKey:
-    if key.revoked_at is None:
-        key.revoked_at = timezone.now()
-        key.save(update_fields=["revoked_at"])
-    return key
-
-
-def api_key_touch(*, key: ApiKey) -> None:
-    """Record use, at most once a minute per key (a write per request would be wasteful)."""
-    now = timezone.now()
-    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        key.last_used_at = now
 
 
 def subnet_register(*, tenant: Tenant, subnet_id: str, description: str = "") -> Subnet:

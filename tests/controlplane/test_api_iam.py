@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from controlplane.tenants.models import ApiKey, Membership
+from controlplane.iam.models import ApiKey
+from controlplane.tenants.models import Membership
 
 from .conftest import Person, member
 from .wire import open_session

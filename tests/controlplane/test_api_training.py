@@ -291,3 +291,42 @@ def test_old_sampler_weights_leave_the_host_and_come_back_on_use(alice, runtime)
 
     # reloaded from storage, same weights
     assert unnamed(again["sequences"]) == unnamed(first_answers[0]["sequences"])
+
+
+def test_a_training_steps_refusals_come_in_order(alice, bob, charlie, runtime) -> None:
+    """The caller's decision first (403), then the body (400), then the model (404); each
+    refusal of an allowed request is in the audit log as failed, saying why."""
+    from controlplane.audit.models import AuditEvent
+
+    mid = create_model(bob, runtime, open_session(bob))
+    mistyped = fwdbwd(mid, 1, "x")
+    deny = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Deny", "Action": "sessions:*", "Resource": "*"}],
+    }
+    policy = "/api/v1/iam/users/bob@example.com/policies/freeze"
+    assert alice.client.put(policy, {"document": deny}, format="json").status_code == 200
+    for body in (mistyped, [mistyped], fwdbwd("model-nope", 1, [datum([1])])):
+        r = bob.post("forward_backward", body)
+        assert r.status_code == 403 and r.json()["code"] == "access_denied", r.content
+    assert alice.client.delete(policy).status_code == 204
+
+    r = bob.post("forward_backward", mistyped)
+    assert r.status_code == 400 and r.json()["field"] == "forward_backward_input.data"
+    r = bob.post("optim_step", [{"model_id": mid}])
+    assert r.status_code == 400 and r.json()["code"] == "parse_error"
+    assert r.json()["detail"] == "the request body must be a JSON object"
+    r = bob.post("forward_backward", fwdbwd("model-nope", 1, [datum([1])]))
+    assert r.status_code == 404 and r.json()["field"] == "model_id"
+    r = charlie.post("forward_backward", fwdbwd(mid, 2, [datum([1])]))
+    assert r.status_code == 404 and r.json()["field"] == "model_id"
+
+    failed = AuditEvent.objects.filter(tenant=bob.tenant, allowed=True, outcome="failed")
+    errors = [e.error for e in failed.order_by("id")]
+    assert errors[0].startswith("forward_backward_input.data"), errors
+    assert "the request body must be a JSON object" in errors
+    assert any("model-nope" in e for e in errors), errors
+    # the mistyped request took its seq_id as a failed operation; the model goes on after it
+    assert Operation.objects.get(model_id=mid, seq_id=1).status == Operation.Status.FAILED
+    r = bob.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]))
+    assert r.status_code == 200 and "metrics" in result(bob, runtime, r.json())

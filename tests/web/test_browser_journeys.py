@@ -11,7 +11,8 @@ import re
 import pytest
 
 from controlplane.audit.models import AuditEvent
-from controlplane.tenants.models import ApiKey, Invitation, Tenant
+from controlplane.iam.models import ApiKey
+from controlplane.tenants.models import Invitation, Tenant
 from controlplane.training_sessions.models import Session
 
 from .browser import browser_page, screenshot, sign_in

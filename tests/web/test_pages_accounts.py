@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from controlplane.iam.models import Role
-from controlplane.tenants.models import ApiKey, LoginFailure, Membership, Tenant
+from controlplane.iam.models import ApiKey, Role
+from controlplane.tenants.models import LoginFailure, Membership, Tenant
 from controlplane.tenants.services import membership_add
 
 from .conftest import PASSWORD

@@ -9,11 +9,9 @@ import re
 
 import pytest
 
-from controlplane.iam.models import Role
-from controlplane.iam.services import DEFAULT_TRUST_POLICY, role_create
-from controlplane.tenants.models import ApiKey
-from controlplane.tenants.selectors import api_key_for
-from controlplane.tenants.services import api_key_create
+from controlplane.iam.models import ApiKey, Role
+from controlplane.iam.selectors import api_key_for
+from controlplane.iam.services import DEFAULT_TRUST_POLICY, api_key_create, role_create
 
 from .conftest import PASSWORD
 
@@ -426,7 +424,7 @@ def test_an_invitation_is_for_its_address(alice, charlie) -> None:
 
 
 def test_change_a_members_role_and_remove_them(alice, bob) -> None:
-    from controlplane.tenants.models import ApiKey, Membership
+    from controlplane.tenants.models import Membership
 
     page = alice.get("/iam/users/bob@example.com").content.decode()
     assert "Change membership" in page and "Remove from the account" in page

@@ -10,9 +10,10 @@ from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError, NotFound
 from controlplane.iam import selectors as iam_selectors
 from controlplane.iam import services as iam_services
+from controlplane.iam.models import ApiKey
 from controlplane.iam.resources import api_key_arn, user_arn
 from controlplane.tenants import selectors, services
-from controlplane.tenants.models import ApiKey, Membership
+from controlplane.tenants.models import Membership
 
 from .. import bodies
 from ..parsing import body_of, text
@@ -119,7 +120,7 @@ def api_keys(request: Request) -> Response:
     if request.method == "GET":
         role_arn = request.query_params.get("role_arn")
         owner = _key_owner(request, role_arn, "iam:ListApiKeys")
-        found = selectors.api_keys(tenant=tenant)
+        found = iam_selectors.api_keys(tenant=tenant)
         found = found.filter(role=owner) if role_arn else found.filter(user=owner)
         return Response({"api_keys": [key_json(k) for k in found]})
     body = body_of(request, bodies.ApiKeyCreateBody)
@@ -131,7 +132,7 @@ def api_keys(request: Request) -> Response:
     if role_arn:
         # using a role's key is assuming the role: its trust policy must name the caller
         iam_services.trust_required(owner, caller.arn)
-    key, raw = services.api_key_create(
+    key, raw = iam_services.api_key_create(
         tenant=tenant,
         name=text(body, "name", 200),
         expires_in_days=expires,
@@ -159,7 +160,7 @@ def _key_owner(request: Request, role_arn, action: str):
 @api_view(["POST"])
 def api_key_revoke(request: Request, prefix: str) -> Response:
     tenant = tenant_of(request)
-    key = selectors.api_key_get(tenant=tenant, prefix=prefix)
+    key = iam_selectors.api_key_get(tenant=tenant, prefix=prefix)
     owner = key_json(key)["principal"]
     allow(request, "iam:RevokeApiKey", api_key_arn(tenant, prefix), **{"iam:ApiKeyOwner": owner})
-    return Response(key_json(services.api_key_revoke(key=key)))
+    return Response(key_json(iam_services.api_key_revoke(key=key)))

@@ -11,17 +11,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
-from controlplane.edge.callers import allow, tenant_of
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError
 from controlplane.iam.access import decide
 from controlplane.iam.resources import model_arn
 from controlplane.operations import training, weights
 from controlplane.training_sessions.models import Operation, new_id
 from loopwright.types import (
-    ForwardBackwardRequest,
-    ForwardRequest,
     LoadWeightsRequest,
-    OptimStepRequest,
     SaveWeightsExternalRequest,
     SaveWeightsForSamplerRequest,
     SaveWeightsRequest,
@@ -35,26 +32,45 @@ from ..parsing import parse
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
 
-def sequenced(kind: str):
-    """A refused training request still uses up its seq_id (see training.training_reject).
+def _step(request: Request, kind: str) -> Response:
+    """A training step (forward, forward_backward, optim_step): its body read, the caller's IAM
+    decision on its model (written with the operation), one submit, the future."""
+    body = _body(request, kind)
+    tenant = tenant_of(request)
+    model_id = body.get("model_id") if isinstance(body, dict) else None
+    access = decide(
+        principal_of(request),
+        ACTIONS[kind],
+        model_arn(tenant, str(model_id or "*")),
+        request=request,
+    )
+    request_id = new_id("req")
+    waiter = responses.expect(request, request_id)  # listening before the insert commits
+    try:
+        op = training.submit(
+            tenant=tenant, kind=kind, body=body, access=access, request_id=request_id
+        )
+    except BaseException:
+        responses.forget(request_id, waiter)
+        raise
+    if op.pk != request_id:  # a retry, answered with the operation it made before
+        responses.forget(request_id, waiter)
+        waiter = None
+    return future(request, op, op.model_id, waiter)
 
-    A training step (forward, forward_backward, optim_step) is first offered to the
-    one-statement submit where there is one; whatever it does not take goes the general way,
-    which answers as it always has."""
+
+def sequenced(kind: str):
+    """A model's other ordered operations: authorized and submitted in one transaction with
+    the audit row. A refused training request still uses up its seq_id (see
+    training.training_reject)."""
 
     def wrap(view):
         @functools.wraps(view)
         def inner(request: Request, *args, **kwargs) -> Response:
+            body = _body(request, kind)
             try:
-                request.data  # noqa: B018 (parsed here, so a body that does not parse is refused)
-                if (
-                    training.one_statement_steps(kind)
-                    and (answered := _step(request, kind)) is not None
-                ):
-                    return answered
                 with audited_transaction():  # the audit row and the operation: one commit
-                    body = request.data if isinstance(request.data, dict) else {}
-                    model_id = body.get("model_id")
+                    model_id = body.get("model_id") if isinstance(body, dict) else None
                     resource = model_arn(tenant_of(request), str(model_id or "*"))
                     allow(request, ACTIONS[kind], resource)
                     return view(request, *args, **kwargs)
@@ -65,6 +81,16 @@ def sequenced(kind: str):
         return inner
 
     return wrap
+
+
+def _body(request: Request, kind: str):
+    """The request's body, parsed (JSON, or protobuf for forward_backward); one that does not
+    parse is refused, and takes its seq_id where it names one."""
+    try:
+        return request.data
+    except (DomainError, ValidationError, ParseError) as exc:
+        _refused(request, kind, exc)
+        raise
 
 
 def _refused(request: Request, kind: str, exc: Exception) -> None:
@@ -90,70 +116,9 @@ ACTIONS = {
 }
 
 
-STEPS = {
-    Operation.Kind.FORWARD: ForwardRequest,
-    Operation.Kind.FORWARD_BACKWARD: ForwardBackwardRequest,
-    Operation.Kind.OPTIM_STEP: OptimStepRequest,
-}
-
-
-def _step(request: Request, kind: str) -> Response | None:
-    """A training step offered to the one-statement submit, with its IAM decision (written
-    with the operation); None when it was not taken, and nothing was written."""
-    body = request.data
-    if not isinstance(body, dict):
-        return None
-    try:
-        req = STEPS[kind].model_validate(body)
-    except ValidationError:
-        return None
-    tenant = tenant_of(request)
-    _, audit = decide(request.user, ACTIONS[kind], model_arn(tenant, req.model_id), request=request)
-    request_id = new_id("req")
-    waiter = responses.expect(request, request_id)  # listening before the insert commits
-    try:
-        op = training.submit_step(
-            tenant=tenant,
-            model_id=req.model_id,
-            seq_id=req.seq_id,
-            kind=kind,
-            payload=training.request_payload(req),
-            audit=audit,
-            request_id=request_id,
-        )
-    except BaseException:
-        responses.forget(request_id, waiter)
-        raise
-    if op is None:
-        responses.forget(request_id, waiter)
-        return None
-    return responses.future(request, op, req.model_id, waiter)
-
-
-def _submit(request: Request, req, kind: str) -> Response:
-    op = training.training_submit(
-        tenant=tenant_of(request),
-        model_id=req.model_id,
-        seq_id=req.seq_id,
-        kind=kind,
-        payload=training.request_payload(req),
-    )
-    return future(request, op, req.model_id)
-
-
-@sequenced(Operation.Kind.FORWARD)
-def _forward(request: Request) -> Response:
-    return _submit(request, parse(request, ForwardRequest), Operation.Kind.FORWARD)
-
-
-@sequenced(Operation.Kind.FORWARD_BACKWARD)
-def _forward_backward(request: Request) -> Response:
-    return _submit(request, parse(request, ForwardBackwardRequest), Operation.Kind.FORWARD_BACKWARD)
-
-
 @api_view(["POST"])
 def forward(request: Request) -> Response:
-    return _forward(request)
+    return _step(request, Operation.Kind.FORWARD)
 
 
 @api_view(["POST"])
@@ -162,21 +127,17 @@ def forward(request: Request) -> Response:
 def forward_backward(request: Request) -> Response:
     """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
     ``forward_only`` is a forward: it runs as one and never touches gradients."""
+    kind = Operation.Kind.FORWARD_BACKWARD
     if is_protobuf(request):
-        try:
-            forward_only = isinstance(request.data, dict) and "forward_input" in request.data
-        except (DomainError, ParseError) as exc:
-            _refused(request, Operation.Kind.FORWARD_BACKWARD, exc)
-            raise
-        if forward_only:
-            return _forward(request)
-    return _forward_backward(request)
+        body = _body(request, kind)
+        if isinstance(body, dict) and "forward_input" in body:
+            kind = Operation.Kind.FORWARD
+    return _step(request, kind)
 
 
 @api_view(["POST"])
-@sequenced(Operation.Kind.OPTIM_STEP)
 def optim_step(request: Request) -> Response:
-    return _submit(request, parse(request, OptimStepRequest), Operation.Kind.OPTIM_STEP)
+    return _step(request, Operation.Kind.OPTIM_STEP)
 
 
 @api_view(["POST"])

@@ -10,9 +10,9 @@ from controlplane.audit.services import audit_operator
 from controlplane.errors import DomainError
 from controlplane.iam.resources import api_key_arn
 from controlplane.iam.selectors import role_get
+from controlplane.iam.services import api_key_create
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.selectors import membership_get
-from controlplane.tenants.services import api_key_create
 
 
 class Command(BaseCommand):
