@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from django.db import connection, connections
@@ -31,13 +32,17 @@ def model(settings, alice, runtime):
     pg_listen.listener.stop()  # before the test database goes
 
 
-def streamed(person, runtime, path: str, body: dict) -> list[dict]:
-    """The chunks of a stream, the worker draining in its own thread meanwhile."""
+def streamed(
+    person, runtime, path: str, body: dict, *, late: float = 0, raw_out=None
+) -> list[dict]:
+    """The chunks of a stream, the worker draining in its own thread (``late`` seconds after
+    the submit) meanwhile."""
     r = person.client.post(f"/v1/{path}", {**body, "stream": True}, format="json")
     assert r.status_code == 200 and r["Content-Type"] == "text/event-stream", r.content
 
     def drain() -> None:
         try:
+            time.sleep(late)
             runtime.drain()
         finally:
             connections.close_all()  # this thread's connections
@@ -47,6 +52,8 @@ def streamed(person, runtime, path: str, body: dict) -> list[dict]:
     raw = b"".join(r.streaming_content).decode()
     worker.join(60)
     assert raw.endswith("data: [DONE]\n\n")
+    if raw_out is not None:
+        raw_out.append(raw)
     return [json.loads(e[6:]) for e in raw.split("\n\n") if e.startswith("data: {")]
 
 
@@ -100,3 +107,12 @@ def test_charlie_streaming_alices_model_is_not_found(alice, charlie, model) -> N
             f"/v1/{path}", {"model": model, **body, "stream": True}, format="json"
         )
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_quiet_stream_sends_keep_alive_comments(alice, runtime, model, settings) -> None:
+    settings.STREAM_KEEPALIVE_SECONDS = 0.5
+    raw: list[str] = []
+    body = {"model": model, "messages": HI, "max_tokens": 4, "seed": 1}
+    chunks = streamed(alice, runtime, "chat/completions", body, late=2.5, raw_out=raw)
+    assert ": keep-alive\n\n" in raw[0]
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
