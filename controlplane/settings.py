@@ -179,6 +179,12 @@ LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)
 NOTIFY_ON_COMPLETION = env.bool("LOOPWRIGHT_NOTIFY_ON_COMPLETION", default=True)
 # How long /v1/chat/completions and /v1/completions wait for their sample operations (504 after).
 OPENAI_WAIT_SECONDS = env.float("LOOPWRIGHT_OPENAI_WAIT_SECONDS", default=300.0)
+# On PostgreSQL, /v1 streams send tokens as the worker draws them (NOTIFY per operation); the
+# worker sends what it drew at most this often. Off, or elsewhere: sent once the request is done.
+STREAM_TOKENS = env.bool("LOOPWRIGHT_STREAM_TOKENS", default=True)
+STREAM_FLUSH_SECONDS = env.float("LOOPWRIGHT_STREAM_FLUSH_SECONDS", default=0.02)
+# A stream with nothing to send for this long sends an SSE comment (proxies keep it open).
+STREAM_KEEPALIVE_SECONDS = env.float("LOOPWRIGHT_STREAM_KEEPALIVE_SECONDS", default=15.0)
 # Seconds a control-plane process may reuse what an API key resolved to (PostgreSQL only; IAM
 # changes clear every process's cache at commit). 0: look it up on every request.
 AUTH_CACHE_SECONDS = env.float("LOOPWRIGHT_AUTH_CACHE_SECONDS", default=30.0)

@@ -22,7 +22,7 @@ from .engine import checkpoints
 from .engine.adapters import AdapterConfig
 from .engine.errors import EngineError
 from .engine.host import ModelHost
-from .engine.sampler import SAMPLE_OPTIONS, SampleJob
+from .engine.sampler import SAMPLE_OPTIONS, SampleJob, TokenSink
 from .sealing import Vault
 
 
@@ -212,11 +212,13 @@ def run_samples(
     items: Sequence[tuple[dict, dict]],
     samplers: SamplerAdapters | None = None,
     vaults: Sequence[Vault | None] | None = None,
+    on_tokens: TokenSink | None = None,
 ) -> list[Outcome]:
     """Sample requests (payload, plan) in as few batches as possible: one per adapter.
 
     ``vaults[i]`` opens the saved weights item ``i`` samples from, if they are sealed. A bad
-    request fails alone; the others in its batch still run.
+    request fails alone; the others in its batch still run. ``on_tokens`` hears the tokens as
+    they are drawn, ``job`` being the item's index.
     """
     samplers = samplers or SamplerAdapters(limit=1 << 30)
     outcomes: list[Outcome | None] = [None] * len(items)
@@ -232,7 +234,13 @@ def run_samples(
         groups.setdefault(adapter, []).append((i, job))
     for adapter, members in groups.items():
         try:
-            results = host.sample(adapter, [job for _, job in members])
+            items_of = [i for i, _ in members]
+            sink = on_tokens and (
+                lambda tokens, items_of=items_of: on_tokens(
+                    [t._replace(job=items_of[t.job]) for t in tokens]
+                )
+            )
+            results = host.sample(adapter, [job for _, job in members], sink)
         except Exception as exc:
             for i, _ in members:
                 outcomes[i] = classify(exc)

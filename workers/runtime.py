@@ -40,6 +40,7 @@ from .recovery import ReplayDiverged, restore_model
 from .sealing import Vault
 from .snapshots import Snapshots
 from .telemetry import operation_recorded
+from .token_stream import publisher as token_publisher
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
@@ -360,13 +361,19 @@ class WorkerRuntime:
                         outcomes[op.pk] = failed
         runnable = [op for op in claimed if op.pk not in outcomes]
         tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
+        on_tokens = token_publisher.sink(
+            [op.pk for op in runnable], [op.payload for op in runnable]
+        )
         with self._threads(tokens):
             ran = run_samples(
                 self.host,
                 [(op.payload, op.plan) for op in runnable],
                 self.samplers,
                 [self.vault(op.tenant_id) for op in runnable],
+                on_tokens,
             )
+        if on_tokens is not None:
+            token_publisher.batch_done()
         outcomes.update((op.pk, outcome) for op, outcome in zip(runnable, ran, strict=True))
         lost: DatabaseError | None = None
         for op in claimed:

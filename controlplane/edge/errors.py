@@ -106,6 +106,11 @@ def openai_error_response(
     return Response(error_body(message, type_, param, code), status=status)
 
 
+def openai_error_of(exc: DomainError) -> dict:
+    """The body OpenAI's shape gives ``exc`` (also sent as an event when a stream fails)."""
+    return error_body(exc.detail, _openai_type_of(exc), exc.field, exc.code)
+
+
 def _openai_type_of(exc: DomainError) -> str:
     if isinstance(exc, Throttled):
         return "requests"

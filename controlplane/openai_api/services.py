@@ -22,7 +22,7 @@ from controlplane.fleet.models import BaseModel
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import checkpoint_arn, sampler_arn
-from controlplane.operations import admission, notices, sampling
+from controlplane.operations import admission, notices, sampling, token_notices
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
@@ -190,13 +190,20 @@ def _context_length(base_model: str) -> int:
 
 
 # -- completions --------------------------------------------------------------------------------
-def chat_complete(
-    *,
-    tenant: Tenant,
-    req: ChatCompletionRequest,
-    authorize: Authorize,
-    idempotency_key: str | None = None,
-) -> Completed:
+@dataclass(frozen=True)
+class Prepared:
+    """A request ready to submit: its sampler, tokenizer, prompts and one payload per prompt."""
+
+    sampler: SamplingSession
+    tokenizer: PreTrainedTokenizerBase
+    prompts: list[list[int]]
+    payloads: list[dict]
+    model: str
+    stops: list[str]
+    id_prefix: str
+
+
+def chat_prepare(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Authorize) -> Prepared:
     sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = tokenizer_for(sampler.base_model)
     messages = [
@@ -208,18 +215,10 @@ def chat_complete(
         for m in req.messages
     ]
     prompt = rendering.render_chat(tokenizer, messages)
-    return _complete(
-        tenant, sampler, tokenizer, [prompt], req, "messages", "chatcmpl", idempotency_key
-    )
+    return _prepared(sampler, tokenizer, [prompt], req, "messages", "chatcmpl")
 
 
-def text_complete(
-    *,
-    tenant: Tenant,
-    req: CompletionRequest,
-    authorize: Authorize,
-    idempotency_key: str | None = None,
-) -> Completed:
+def text_prepare(*, tenant: Tenant, req: CompletionRequest, authorize: Authorize) -> Prepared:
     sampler = model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = tokenizer_for(sampler.base_model)
     vocab = len(tokenizer)
@@ -231,39 +230,92 @@ def text_complete(
         if any(not 0 <= t < vocab for t in ids):
             raise RenderError(f"prompt[{i}]: token ids must be in [0, {vocab})", field="prompt")
         prompts.append(ids)
-    return _complete(tenant, sampler, tokenizer, prompts, req, "prompt", "cmpl", idempotency_key)
+    return _prepared(sampler, tokenizer, prompts, req, "prompt", "cmpl")
 
 
-def _complete(
-    tenant: Tenant,
+def _prepared(
     sampler: SamplingSession,
     tokenizer: PreTrainedTokenizerBase,
     prompts: list[list[int]],
     req: ChatCompletionRequest | CompletionRequest,
     prompt_param: str,
     id_prefix: str,
-    idempotency_key: str | None,
-) -> Completed:
+) -> Prepared:
     context = _context_length(sampler.base_model)
     payloads = [_payload(p, req, context, prompt_param) for p in prompts]
-    ops = _submitted(tenant, sampler, payloads, req.model, idempotency_key)
+    return Prepared(sampler, tokenizer, prompts, payloads, req.model, req.stop_strings, id_prefix)
+
+
+def chat_complete(
+    *,
+    tenant: Tenant,
+    req: ChatCompletionRequest,
+    authorize: Authorize,
+    idempotency_key: str | None = None,
+) -> Completed:
+    prepared = chat_prepare(tenant=tenant, req=req, authorize=authorize)
+    return prepared_complete(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
+
+
+def text_complete(
+    *,
+    tenant: Tenant,
+    req: CompletionRequest,
+    authorize: Authorize,
+    idempotency_key: str | None = None,
+) -> Completed:
+    prepared = text_prepare(tenant=tenant, req=req, authorize=authorize)
+    return prepared_complete(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
+
+
+def prepared_complete(
+    *, tenant: Tenant, prepared: Prepared, idempotency_key: str | None
+) -> Completed:
+    """Submit, wait for every operation, and answer."""
+    ops = prepared_submit(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
     deadline = time.monotonic() + settings.OPENAI_WAIT_SECONDS
     for op in ops:
         operation_wait(op, deadline)
-    stops, eos = req.stop_strings, tokenizer.eos_token_id
+    return completed(prepared, ops)
+
+
+def completed(prepared: Prepared, ops: list[Operation]) -> Completed:
+    """The answer of finished operations (the first failed one raises ``OperationFailed``)."""
+    tokenizer, stops, eos = prepared.tokenizer, prepared.stops, prepared.tokenizer.eos_token_id
     choices = []
     for op in ops:
         if op.status == Operation.Status.FAILED:
             raise OperationFailed(op.error, category=op.error_category or "server")
         choices += [rendering.choice_of(tokenizer, s, stops, eos) for s in op.result["sequences"]]
     return Completed(
-        id=f"{id_prefix}-{ops[0].id}",
+        id=completion_id(prepared, ops),
         created=int(ops[0].created_at.timestamp()),
-        model=req.model,
+        model=prepared.model,
         choices=choices,
-        prompt_tokens=sum(len(p) for p in prompts),
+        prompt_tokens=sum(len(p) for p in prepared.prompts),
         completion_tokens=sum(c.sampled_tokens for c in choices),
         tokenizer=tokenizer,
+    )
+
+
+def completion_id(prepared: Prepared, ops: list[Operation]) -> str:
+    return f"{prepared.id_prefix}-{ops[0].id}"
+
+
+def prepared_submit(
+    *,
+    tenant: Tenant,
+    prepared: Prepared,
+    idempotency_key: str | None,
+    request_ids: list[str] | None = None,
+) -> list[Operation]:
+    """Submit the prepared operations. ``request_ids``: the ids to give them (a stream listens
+    for their tokens before they exist); their payloads then ask the worker to stream."""
+    payloads = prepared.payloads
+    if request_ids is not None:
+        payloads = [{**p, token_notices.STREAM_KEY: True} for p in payloads]
+    return _submitted(
+        tenant, prepared.sampler, payloads, prepared.model, idempotency_key, request_ids
     )
 
 
@@ -273,17 +325,23 @@ def _submitted(
     payloads: list[dict],
     model: str,
     idempotency_key: str | None,
+    request_ids: list[str] | None,
 ) -> list[Operation]:
     """One sample operation per prompt, submitted together so that the worker batches them
     (each is metered alone). With an ``idempotency_key``, a retry of the same request gets the
-    same operations back (nothing runs or is metered again); the key with another request, or
-    with another number of prompts, is a 409."""
+    same operations back (nothing runs or is metered again, streamed or not); the key with
+    another request, or with another number of prompts, is a 409."""
+    ids: list[str | None] = list(request_ids) if request_ids else [None] * len(payloads)
     if idempotency_key is None:
         return [
             sampling.sample_submit(
-                tenant=tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
+                tenant=tenant,
+                sampling_session_id=sampler.id,
+                seq_id=None,
+                payload=payload,
+                request_id=request_id,
             )
-            for payload in payloads
+            for payload, request_id in zip(payloads, ids, strict=True)
         ]
     keys = [f"{idempotency_key}#{i}/{len(payloads)}" for i in range(len(payloads))]
     reused = Conflict(
@@ -306,12 +364,20 @@ def _submitted(
                     seq_id=None,
                     payload=payload,
                     idempotency_key=key,
-                    request_digest=admission.digest({"model": model, "payload": payload}),
+                    request_digest=admission.digest(
+                        {"model": model, "payload": _unstreamed(payload)}
+                    ),
+                    request_id=request_id,
                 )
-                for key, payload in zip(keys, payloads, strict=True)
+                for key, payload, request_id in zip(keys, payloads, ids, strict=True)
             ]
         except Conflict:
             raise reused from None
+
+
+def _unstreamed(payload: dict) -> dict:
+    """A payload as the request digest sees it: streamed or not is the same request."""
+    return {k: v for k, v in payload.items() if k != token_notices.STREAM_KEY}
 
 
 def _payload(

@@ -1,70 +1,122 @@
-"""Streaming answers as server-sent events: one chunk per generated token, in OpenAI's
-``chat.completion.chunk`` and ``text_completion`` layouts, a final chunk per choice with its
-finish reason, the usage chunk when asked for, then ``data: [DONE]``."""
+"""Streaming answers as server-sent events, in OpenAI's ``chat.completion.chunk`` and
+``text_completion`` layouts: a chunk per piece of text (with its tokens' logprobs when asked
+for), a final chunk per choice with its finish reason, the usage chunk when asked for, then
+``data: [DONE]``. ``chat_chunks`` / ``completion_chunks`` send a finished answer this way;
+``live`` sends one as its tokens arrive, through the same ``Chunks``."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
+from .rendering import Piece
 from .responses import chat_logprobs, completion_logprobs, usage
 from .services import Completed
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it
 
 
 def event(data: dict) -> bytes:
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
-def event_stream(chunks: Iterable[dict]) -> Iterator[bytes]:
+def event_stream(chunks: Iterable[dict | None]) -> Iterator[bytes]:
+    """The events of ``chunks`` (None: nothing to send yet, a keep-alive comment), then DONE;
+    a chunk holding ``error`` ends the stream without DONE, as OpenAI's does."""
     for chunk in chunks:
+        if chunk is None:
+            yield KEEPALIVE
+            continue
         yield event(chunk)
+        if "error" in chunk:
+            return
     yield DONE
 
 
-def chat_chunks(done: Completed, *, logprobs: bool, include_usage: bool) -> Iterator[dict]:
-    head = {
-        "id": done.id,
-        "object": "chat.completion.chunk",
-        "created": done.created,
-        "model": done.model,
-    }
-    tail = {"usage": None} if include_usage else {}
+class Chunks:
+    """The chunks of one answer (``chat``: chat.completion.chunk, else text_completion)."""
 
-    def chunk(index: int, delta: dict, lp: dict | None = None, finish: str | None = None) -> dict:
-        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        return {**head, "choices": [choice], **tail}
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        id: str,
+        created: int,
+        model: str,
+        tokenizer: PreTrainedTokenizerBase,
+        logprobs: bool,
+        include_usage: bool,
+    ) -> None:
+        self.chat = chat
+        self.head = {
+            "id": id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self.tail = {"usage": None} if include_usage else {}
+        self.tokenizer = tokenizer
+        self.logprobs = logprobs
+        self.include_usage = include_usage
 
+    def _choice(self, index: int, text: dict | str, lp: dict | None, finish: str | None) -> dict:
+        key = "delta" if self.chat else "text"
+        choice = {"index": index, key: text, "logprobs": lp, "finish_reason": finish}
+        return {**self.head, "choices": [choice], **self.tail}
+
+    def opening(self, index: int) -> dict | None:
+        """A chat choice's first chunk (its role); completions have none."""
+        return (
+            self._choice(index, {"role": "assistant", "content": ""}, None, None)
+            if self.chat
+            else None
+        )
+
+    def text(self, index: int, text: str, pieces: list[Piece]) -> dict | None:
+        """A chunk of ``text`` with ``pieces``' logprobs (None: nothing to send)."""
+        lp = None
+        if self.logprobs and pieces:
+            lp = (chat_logprobs if self.chat else completion_logprobs)(self.tokenizer, pieces)
+        if not text and lp is None:
+            return None
+        return self._choice(index, {"content": text} if self.chat else text, lp, None)
+
+    def finish(self, index: int, reason: str) -> dict:
+        return self._choice(index, {} if self.chat else "", None, reason)
+
+    def usage(self, done: Completed) -> dict | None:
+        return {**self.head, "choices": [], "usage": usage(done)} if self.include_usage else None
+
+
+def _chunks(done: Completed, chat: bool, logprobs: bool, include_usage: bool) -> Iterator[dict]:
+    out = Chunks(
+        chat=chat,
+        id=done.id,
+        created=done.created,
+        model=done.model,
+        tokenizer=done.tokenizer,
+        logprobs=logprobs,
+        include_usage=include_usage,
+    )
     for i, choice in enumerate(done.choices):
-        yield chunk(i, {"role": "assistant", "content": ""})
-        for piece in choice.pieces:
-            lp = chat_logprobs(done.tokenizer, [piece]) if logprobs else None
-            if piece.delta or lp is not None:
-                yield chunk(i, {"content": piece.delta}, lp)
-        yield chunk(i, {}, None, choice.finish_reason)
-    if include_usage:
-        yield {**head, "choices": [], "usage": usage(done)}
+        if (first := out.opening(i)) is not None:
+            yield first
+        for piece in choice.pieces:  # a chunk per token, as they were drawn
+            if (chunk := out.text(i, piece.delta, [piece])) is not None:
+                yield chunk
+        yield out.finish(i, choice.finish_reason)
+    if (last := out.usage(done)) is not None:
+        yield last
+
+
+def chat_chunks(done: Completed, *, logprobs: bool, include_usage: bool) -> Iterator[dict]:
+    return _chunks(done, True, logprobs, include_usage)
 
 
 def completion_chunks(done: Completed, *, logprobs: bool, include_usage: bool) -> Iterator[dict]:
-    head = {
-        "id": done.id,
-        "object": "text_completion",
-        "created": done.created,
-        "model": done.model,
-    }
-    tail = {"usage": None} if include_usage else {}
-
-    def chunk(index: int, text: str, lp: dict | None = None, finish: str | None = None) -> dict:
-        choice = {"index": index, "text": text, "logprobs": lp, "finish_reason": finish}
-        return {**head, "choices": [choice], **tail}
-
-    for i, choice in enumerate(done.choices):
-        for piece in choice.pieces:
-            lp = completion_logprobs(done.tokenizer, [piece]) if logprobs else None
-            if piece.delta or lp is not None:
-                yield chunk(i, piece.delta, lp)
-        yield chunk(i, "", None, choice.finish_reason)
-    if include_usage:
-        yield {**head, "choices": [], "usage": usage(done)}
+    return _chunks(done, False, logprobs, include_usage)

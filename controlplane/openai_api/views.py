@@ -17,7 +17,7 @@ from controlplane.edge.callers import allow, tenant_of
 from controlplane.edge.errors import openai_exception_handler
 from controlplane.errors import DomainError
 
-from . import responses, selectors, services, sse
+from . import live, responses, selectors, services, sse
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 
@@ -56,7 +56,7 @@ def idempotency_key(request: Request) -> str | None:
     return key
 
 
-def _streamed(chunks: Iterable[dict]) -> StreamingHttpResponse:
+def _streamed(chunks: Iterable[dict | None]) -> StreamingHttpResponse:
     response = StreamingHttpResponse(sse.event_stream(chunks), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # proxies pass each event on at once
@@ -81,34 +81,42 @@ class ModelView(OpenAIView):
 class ChatCompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         req = parsed(request, ChatCompletionRequest)
-        done = services.chat_complete(
-            tenant=tenant_of(request),
-            req=req,
-            authorize=_authorizer(request),
-            idempotency_key=idempotency_key(request),
-        )
+        tenant, key = tenant_of(request), idempotency_key(request)
         if req.stream:
+            prepared = services.chat_prepare(tenant=tenant, req=req, authorize=_authorizer(request))
             return _streamed(
-                sse.chat_chunks(
-                    done, logprobs=req.wants_logprobs, include_usage=req.include_usage_chunk
+                live.stream(
+                    tenant=tenant,
+                    prepared=prepared,
+                    idempotency_key=key,
+                    chat=True,
+                    logprobs=req.wants_logprobs,
+                    include_usage=req.include_usage_chunk,
                 )
             )
+        done = services.chat_complete(
+            tenant=tenant, req=req, authorize=_authorizer(request), idempotency_key=key
+        )
         return Response(responses.chat_completion(done, logprobs=req.wants_logprobs))
 
 
 class CompletionsView(OpenAIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         req = parsed(request, CompletionRequest)
-        done = services.text_complete(
-            tenant=tenant_of(request),
-            req=req,
-            authorize=_authorizer(request),
-            idempotency_key=idempotency_key(request),
-        )
+        tenant, key = tenant_of(request), idempotency_key(request)
         if req.stream:
+            prepared = services.text_prepare(tenant=tenant, req=req, authorize=_authorizer(request))
             return _streamed(
-                sse.completion_chunks(
-                    done, logprobs=req.wants_logprobs, include_usage=req.include_usage_chunk
+                live.stream(
+                    tenant=tenant,
+                    prepared=prepared,
+                    idempotency_key=key,
+                    chat=False,
+                    logprobs=req.wants_logprobs,
+                    include_usage=req.include_usage_chunk,
                 )
             )
+        done = services.text_complete(
+            tenant=tenant, req=req, authorize=_authorizer(request), idempotency_key=key
+        )
         return Response(responses.text_completion(done, logprobs=req.wants_logprobs))

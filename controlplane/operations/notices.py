@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -54,15 +55,18 @@ class Waiter:
     ``listening``: LISTEN was in place when it registered, so no notice sent after that is
     missed (one registered before the operation's insert commits needs no look at the row)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_wake: Callable[[], None] | None = None) -> None:
         self.event = threading.Event()
         self.state: dict | None = None
         self.listening = False
+        self._on_wake = on_wake  # also told (in the listener's thread), e.g. to fill a queue
 
     def wake(self, state: dict | None) -> None:
         if state is not None:
             self.state = state
         self.event.set()
+        if self._on_wake is not None:
+            self._on_wake()
 
 
 class _Waiting:
@@ -73,10 +77,12 @@ class _Waiting:
         self._lock = threading.Lock()
         self._waiting: dict[str, list[Waiter]] = defaultdict(list)
 
-    def register(self, request_id: str, *, wait: float = 2.0) -> Waiter:
+    def register(
+        self, request_id: str, *, wait: float = 2.0, on_wake: Callable[[], None] | None = None
+    ) -> Waiter:
         """A waiter for ``request_id``'s notice; ``wait``: how long to wait for LISTEN to be in
         place (without it, the waiter falls back to looks at the row)."""
-        waiter = Waiter()
+        waiter = Waiter(on_wake)
         with self._lock:
             self._waiting[request_id].append(waiter)
         waiter.listening = pg_listen.listener.start(wait=wait)
@@ -105,12 +111,13 @@ waiting = _Waiting()
 pg_listen.listener.subscribe(CHANNEL, waiting.deliver)
 
 
-def expect(request_id: str) -> Waiter | None:
+def expect(request_id: str, on_wake: Callable[[], None] | None = None) -> Waiter | None:
     """Listen for an operation about to be inserted (None where there are no notices): its
     waiter hears every notice, so ``wait_finished`` need not look at the row first. Pass it to
-    ``wait_finished``, or to ``forget`` if the operation never goes in."""
+    ``wait_finished``, or to ``forget`` if the operation never goes in. ``on_wake``: also told
+    of each notice."""
     # (never held up: while LISTEN is not in place, the wait looks at the row instead)
-    return waiting.register(request_id, wait=0) if available() else None
+    return waiting.register(request_id, wait=0, on_wake=on_wake) if available() else None
 
 
 def forget(request_id: str, waiter: Waiter | None) -> None:

@@ -193,11 +193,12 @@ def sample_submit(
     payload: dict,
     idempotency_key: str | None = None,
     request_digest: str | None = None,
+    request_id: str | None = None,
 ) -> Operation:
     """A sample request. A retry (the same ``seq_id`` of the sampler, or the same
     ``idempotency_key`` in the tenant) gets its operation back, whatever the session's state
     now; the same key or ``seq_id`` with another request (``request_digest``, by default the
-    payload's) is a 409."""
+    payload's) is a 409. ``request_id``: the new operation's id (one is made if None)."""
     sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
     request_digest = request_digest or digest(payload)
     if idempotency_key is not None:
@@ -226,6 +227,8 @@ def sample_submit(
         payload_digest=request_digest,
         plan=sampler_plan(sampler, tenant=tenant),
     )
+    if request_id is not None:
+        fields["id"] = request_id
     if idempotency_key is None and seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
         if op.worker is not None:  # else it waits with its sampler

@@ -67,3 +67,34 @@ def test_a_channel_subscribed_while_it_listens_is_heard_once_in_place(listener) 
     assert listener.ready() and late.resets == 1
     _notify("lw_test_late", "hello")
     assert late.event.wait(5) and late.payloads == ["hello"]
+
+
+def test_a_passing_channel_is_heard_at_once_and_no_longer_once_unlistened(listener) -> None:
+    listener.subscribe("lw_test_first", Heard().notice)
+    assert listener.start(wait=10)
+    passing = Heard()
+    started = time.monotonic()
+    listened = listener.listen("lw_Test-passing.1", passing.notice)  # any name, case kept
+    assert listened.wait(5)
+    assert time.monotonic() - started < 0.5  # the thread was woken, not left to its timeout
+    _notify("lw_Test-passing.1", "one")
+    assert passing.event.wait(5) and passing.payloads == ["one"]
+    listener.unlisten("lw_Test-passing.1")
+    again = listener.listen("lw_test_other", Heard().notice)  # LISTEN after the UNLISTEN
+    assert again.wait(5)
+    _notify("lw_Test-passing.1", "two")
+    _notify("lw_test_first", "after")
+    time.sleep(0.3)
+    assert passing.payloads == ["one"]
+
+
+def test_passing_channels_are_listened_again_after_a_reconnection(listener) -> None:
+    passing = Heard()
+    assert listener.listen("lw_test_kept", passing.notice).wait(10)
+    listener.stop()
+    assert listener.start(wait=10)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not passing.payloads:
+        _notify("lw_test_kept", "back")
+        passing.event.wait(0.2)
+    assert passing.payloads and passing.payloads[0] == "back"

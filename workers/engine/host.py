@@ -41,7 +41,7 @@ from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, EngineError
 from .mixed_pass import MixedPass, PassRequest
 from .optim import AdamHyper, AdamState, adamw_step
-from .sampler import SampleJob, Sampler, SampleResult
+from .sampler import SampleJob, Sampler, SampleResult, TokenSink
 
 _T = TypeVar("_T")
 
@@ -231,15 +231,20 @@ class ModelHost:
         return -nll_BT.view_as(targets_B_T)
 
     # -- sampling --------------------------------------------------------------------------
-    def sample(self, model_id: str | None, jobs: Sequence[SampleJob]) -> list[SampleResult]:
+    def sample(
+        self, model_id: str | None, jobs: Sequence[SampleJob], on_tokens: TokenSink | None = None
+    ) -> list[SampleResult]:
         """Sample for several requests of one adapter (``None``: the base model) in one batch."""
-        return _one(self.sample_many([(model_id, jobs)]))
+        return _one(self.sample_many([(model_id, jobs)], on_tokens))
 
     def sample_many(
-        self, requests: Sequence[tuple[str | None, Sequence[SampleJob]]]
+        self,
+        requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
+        on_tokens: TokenSink | None = None,
     ) -> list[list[SampleResult] | Exception]:
         """``sample`` for several sessions' requests in one continuous batch: each entry is what
-        that request alone would return (seeded samples token for token), or its error."""
+        that request alone would return (seeded samples token for token), or its error.
+        ``on_tokens`` hears tokens as drawn, ``job`` counting all requests' jobs in order."""
         with self._operation():
             out: dict[int, list[SampleResult] | Exception] = {}
             valid: list[int] = []
@@ -255,7 +260,7 @@ class ModelHost:
                     out[i] = exc
             for wave in self._sample_waves(requests, valid):
                 try:
-                    out.update(self._sample_wave(requests, wave))
+                    out.update(self._sample_wave(requests, wave, on_tokens))
                 except Exception as exc:
                     out.update(dict.fromkeys(wave, exc))
             return [out[i] for i in range(len(requests))]
@@ -278,17 +283,23 @@ class ModelHost:
         return waves
 
     def _sample_wave(
-        self, requests: Sequence[tuple[str | None, Sequence[SampleJob]]], wave: list[int]
+        self,
+        requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
+        wave: list[int],
+        on_tokens: TokenSink | None,
     ) -> dict[int, list[SampleResult]]:
         ids = [m for m in (requests[i][0] for i in wave) if m is not None]
         names = dict(zip(ids, self.pool.load(ids), strict=True))
         jobs: list[SampleJob] = []
         adapters: list[str | None] = []
+        numbers: list[int] = []  # each wave job's number among all requests' jobs
         for i in wave:
             model_id, request_jobs = requests[i]
             jobs += request_jobs
             adapters += [None if model_id is None else names[model_id]] * len(request_jobs)
-        results = self.sampler.run(jobs, adapters)
+            first = sum(len(r[1]) for r in requests[:i])
+            numbers += range(first, first + len(request_jobs))
+        results = self.sampler.run(jobs, adapters, on_tokens and _renumbered(on_tokens, numbers))
         out: dict[int, list[SampleResult]] = {}
         start = 0
         for i in wave:
@@ -471,6 +482,10 @@ class ModelHost:
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
         merged.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+
+
+def _renumbered(on_tokens: TokenSink, numbers: list[int]) -> TokenSink:
+    return lambda tokens: on_tokens([t._replace(job=numbers[t.job]) for t in tokens])
 
 
 def _one(results: Sequence[_T | Exception]) -> _T:

@@ -8,11 +8,29 @@ share its prompt's prefill, so it is ``(num_samples - 1) × len(prompt)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from loopwright.types import PromptAltTokens, SampledSequence, SampleResponse, StopReason
 
 from .prompt_scoring import PromptScores, TopK
+
+
+class SampledToken(NamedTuple):
+    """One token as it is drawn: of which job and sample, at which position of the sequence,
+    with its logprob and (when the job asks) the most likely tokens beside it."""
+
+    job: int
+    sample: int
+    position: int
+    token: int
+    logprob: float
+    top: TopK | None
+
+
+# Told the tokens of each decoding step as they are drawn (the engine's thread, between steps).
+TokenSink = Callable[[Sequence[SampledToken]], None]
 
 
 @dataclass

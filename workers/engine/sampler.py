@@ -39,9 +39,17 @@ from .prompt_scoring import (
     score_prompt,
 )
 from .sample_job import SAMPLE_OPTIONS, SampleJob, validate_job
-from .sample_result import SampledSeq, SampleResult
+from .sample_result import SampledSeq, SampledToken, SampleResult, TokenSink
 
-__all__ = ["SAMPLE_OPTIONS", "SampleJob", "SampleResult", "SampledSeq", "Sampler"]
+__all__ = [
+    "SAMPLE_OPTIONS",
+    "SampleJob",
+    "SampleResult",
+    "SampledSeq",
+    "SampledToken",
+    "Sampler",
+    "TokenSink",
+]
 
 
 @dataclass
@@ -97,17 +105,23 @@ class Sampler:
     # -- sampling --------------------------------------------------------------------------
     @torch.no_grad()
     def run(
-        self, jobs: Sequence[SampleJob], adapters: Sequence[str | None] | None = None
+        self,
+        jobs: Sequence[SampleJob],
+        adapters: Sequence[str | None] | None = None,
+        on_tokens: TokenSink | None = None,
     ) -> list[SampleResult]:
         """Sample every job, job ``i`` through peft adapter ``adapters[i]`` (None: the base
-        model, also when ``adapters`` is None). Every job is checked before anything runs."""
+        model, also when ``adapters`` is None). Every job is checked before anything runs.
+
+        ``on_tokens``: told each step's new tokens, every sequence's in order of position, as
+        they are drawn (what it is told is what the results hold); it must not raise."""
         prefix = len(jobs) > 1
         limits = [self.validate(j, f"requests[{i}]." if prefix else "") for i, j in enumerate(jobs)]
         if not jobs:
             return []
         names: list[str | None] = [None] * len(jobs) if adapters is None else list(adapters)
         with self.router.frozen():
-            return _Run(self, jobs, names, limits).results()
+            return _Run(self, jobs, names, limits, on_tokens).results()
 
     def _prefill(
         self, jobs: Sequence[SampleJob], adapters: Sequence[str | None], cache: DynamicCache
@@ -250,8 +264,10 @@ class _Run:
         jobs: Sequence[SampleJob],
         adapters: list[str | None],
         limits: list[int],
+        on_tokens: TokenSink | None = None,
     ) -> None:
         self.s = sampler
+        self.on_tokens = on_tokens
         self.jobs = jobs
         self.adapters = adapters
         self.limits = limits
@@ -358,6 +374,20 @@ class _Run:
             self._append(row, tokens[pos], logps[pos])
             if row.stop_reason is not None:
                 self.finished.append(row)
+        if self.on_tokens is not None:
+            self.on_tokens(
+                [
+                    SampledToken(
+                        r.job,
+                        r.sample,
+                        len(r.tokens) - 1,
+                        r.tokens[-1],
+                        r.logprobs[-1],
+                        None if r.topk is None else r.topk[-1],
+                    )
+                    for r in rows
+                ]
+            )
         return tokens
 
     def _step(self) -> None:
