@@ -140,7 +140,8 @@ class Pass:
             if failed is not None:
                 outcomes[op.pk] = failed
         runnable = [op for op in ops if op.pk not in outcomes]
-        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
+        counted = [work_tokens(op.kind, op.payload) for op in runnable]
+        tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
         started = time.perf_counter()
         with rt._threads(tokens):
             ran = run_packed(rt.host, kind, [(op.payload, op.plan) for op in runnable])
@@ -149,7 +150,7 @@ class Pass:
             if not outcome.ok and outcome.category == "server":
                 log.error("operation %s (%s) failed: %s", op.pk, op.kind, outcome.error)
         log.info(
-            "%s x%d (%d tokens) %.1f ms",
+            "%s x%d (%s tokens) %.1f ms",
             kind,
             len(runnable),
             tokens,

@@ -13,8 +13,7 @@ from prometheus_client import REGISTRY
 
 from controlplane.metering.models import UsageRecord
 from controlplane.training_sessions.models import Operation
-from tests import people as people_
-from tests.controlplane.conftest import TINY, calling
+from tests.controlplane.conftest import TINY
 from tests.controlplane.wire import ModelRun, datum, open_session, result
 from workers.passes import Pass
 from workers.scheduling import Scheduler
@@ -22,30 +21,6 @@ from workers.scheduling import Scheduler
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ADAM = {"learning_rate": 0.05}
-
-
-@pytest.fixture
-def runtime(db, tiny_host_factory):
-    """A worker with room for every session of these tests (snapshots where a test asks)."""
-    from workers.runtime import WorkerRuntime, WorkerSettings
-
-    return WorkerRuntime(
-        WorkerSettings(
-            name="packer",
-            base_model=TINY,
-            capacity=16,
-            snapshot_every_steps=0,
-            snapshot_every_seconds=0,
-        ),
-        host=tiny_host_factory(),
-        heartbeat=False,
-    )
-
-
-@pytest.fixture
-def dora(people):
-    """The owner of a third tenant."""
-    return calling(people_.owner("dora", "dorado"))
 
 
 def _data(i: int) -> dict:
