@@ -79,6 +79,10 @@ bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling, training), and vs HF generate
 	$(BIN)/python -m bench.batching_bench
 
+.PHONY: bench-scheduler
+bench-scheduler: setup ## 1-8 sessions of two tenants through the stack and one packing worker: ops/s, p50/p99, ratios
+	$(BIN)/python -m bench.scheduler_bench
+
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 
