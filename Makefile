@@ -89,6 +89,10 @@ bench-distributed: setup ## one session's forward_backward tokens/s on 1, 2 and 
 bench-gpu: setup ## on a GPU: bf16 decode at batch 64 against the bandwidth roofline, training MFU (~1B config)
 	$(BIN)/python -m bench.gpu_bench
 
+.PHONY: bench-scheduler
+bench-scheduler: setup ## 1-8 sessions of two tenants through the stack and one packing worker: ops/s, p50/p99, ratios
+	$(BIN)/python -m bench.scheduler_bench
+
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
 

@@ -57,6 +57,12 @@ TOKENS = Counter(
     "Tokens processed by completed operations, by billing meter (rate(): tokens per second)",
     ["meter"],
 )
+ENGINE_CALL_OPERATIONS = Histogram(
+    "loopwright_worker_engine_call_operations",
+    "Operations of (possibly many sessions) run together in one engine call, by kind",
+    ["kind"],
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+)
 ADAPTERS_HELD = Gauge(
     "loopwright_worker_adapters_held",
     "LoRA adapters (training models) this worker holds, loaded or spilled to disk",

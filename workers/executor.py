@@ -207,6 +207,67 @@ class SamplerAdapters:
         return dropped
 
 
+PACKED_CALLS = {
+    "forward": "forward_many",
+    "forward_backward": "forward_backward_many",
+    "optim_step": "optim_step_many",
+}
+"""The engine call that runs many sessions' operations of each packed training kind at once."""
+
+# a failure of the whole call (not one request's): its operations run again one by one, so the
+# one at fault fails alone. Not optim_step: there each entry's error is already its own, and a
+# step that failed half-way must not be applied again.
+_RETRIED_ALONE = frozenset({"forward", "forward_backward"})
+
+
+def run_packed(host: ModelHost, kind: str, items: Sequence[tuple[dict, dict]]) -> list[Outcome]:
+    """Operations of one packed kind (``PACKED_CALLS``), each (payload, plan) of another
+    session, in one engine call; each gets the outcome it would have had alone."""
+    outcomes: list[Outcome | None] = [None] * len(items)
+    requests: list[tuple[int, tuple]] = []
+    for i, (payload, plan) in enumerate(items):
+        try:
+            requests.append((i, _packed_request(kind, payload, plan)))
+        except Exception as exc:  # a payload the wire types refuse
+            outcomes[i] = classify(exc)
+    ran = _engine_call(host, kind, [request for _, request in requests])
+    for (i, _), res in zip(requests, ran, strict=True):
+        outcomes[i] = res
+    if kind in _RETRIED_ALONE and len(requests) > 1:
+        for i, request in requests:
+            if _shared_failure(outcomes[i]):
+                (outcomes[i],) = _engine_call(host, kind, [request])
+    return [o if o is not None else Outcome(error="not run") for o in outcomes]
+
+
+def _packed_request(kind: str, payload: dict, plan: dict) -> tuple:
+    adapter = plan["adapter"]
+    if kind == "forward":
+        return adapter, ForwardBackwardInput.model_validate(payload["forward_input"])
+    if kind == "forward_backward":
+        return adapter, ForwardBackwardInput.model_validate(payload["forward_backward_input"])
+    if kind == "optim_step":
+        return adapter, AdamParams.model_validate(payload["adam_params"])
+    raise ValueError(f"operation kind {kind!r} does not pack")
+
+
+def _engine_call(host: ModelHost, kind: str, requests: list[tuple]) -> list[Outcome]:
+    if not requests:
+        return []
+    try:
+        results = getattr(host, PACKED_CALLS[kind])(requests)
+    except Exception as exc:
+        return [classify(exc)] * len(requests)
+    return [
+        classify(r) if isinstance(r, Exception) else Outcome(result=r.model_dump(mode="json"))
+        for r in results
+    ]
+
+
+def _shared_failure(outcome: Outcome | None) -> bool:
+    return outcome is not None and not outcome.ok and outcome.category == "server"
+
+
 def run_samples(
     host: ModelHost,
     items: Sequence[tuple[dict, dict]],
@@ -214,15 +275,18 @@ def run_samples(
     vaults: Sequence[Vault | None] | None = None,
     on_tokens: TokenSink | None = None,
 ) -> list[Outcome]:
-    """Sample requests (payload, plan) in as few batches as possible: one per adapter.
+    """Sample requests (payload, plan) of any adapters (a training model's live weights, saved
+    sampler weights, the base model) in one engine call.
 
     ``vaults[i]`` opens the saved weights item ``i`` samples from, if they are sealed. A bad
-    request fails alone; the others in its batch still run. ``on_tokens`` hears the tokens as
-    they are drawn, ``job`` being the item's index.
+    request fails alone; the others still run, and a failure of the shared call (not one
+    request's) runs its requests again one by one. ``on_tokens`` hears the tokens as they are
+    drawn, ``job`` being the item's index (a request run again may repeat some: each carries
+    its position).
     """
     samplers = samplers or SamplerAdapters(limit=1 << 30)
     outcomes: list[Outcome | None] = [None] * len(items)
-    groups: dict[str | None, list[tuple[int, SampleJob]]] = {}
+    requests: list[tuple[int, str | None, SampleJob]] = []
     for i, (payload, plan) in enumerate(items):
         try:
             adapter = _sampler_adapter(host, plan, samplers, vaults[i] if vaults else None)
@@ -231,24 +295,35 @@ def run_samples(
         except Exception as exc:
             outcomes[i] = classify(exc)
             continue
-        groups.setdefault(adapter, []).append((i, job))
-    for adapter, members in groups.items():
-        try:
-            items_of = [i for i, _ in members]
-            sink = on_tokens and (
-                lambda tokens, items_of=items_of: on_tokens(
-                    [t._replace(job=items_of[t.job]) for t in tokens]
-                )
-            )
-            results = host.sample(adapter, [job for _, job in members], sink)
-        except Exception as exc:
-            for i, _ in members:
-                outcomes[i] = classify(exc)
-            continue
-        for (i, _), res in zip(members, results, strict=True):
-            outcomes[i] = Outcome(result=res.to_wire())
+        requests.append((i, adapter, job))
+    for (i, _, _), outcome in zip(requests, _sample_call(host, requests, on_tokens), strict=True):
+        outcomes[i] = outcome
+    if len(requests) > 1:
+        for request in requests:
+            if _shared_failure(outcomes[request[0]]):
+                (outcomes[request[0]],) = _sample_call(host, [request], on_tokens)
     samplers.trim(host)  # after the batch: never drop an adapter this batch is using
     return [o if o is not None else Outcome(error="not run") for o in outcomes]
+
+
+def _sample_call(
+    host: ModelHost,
+    requests: list[tuple[int, str | None, SampleJob]],
+    on_tokens: TokenSink | None = None,
+) -> list:
+    if not requests:
+        return []
+    items_of = [i for i, _, _ in requests]  # one job per request: the call's job k is its item
+    sink = on_tokens and (
+        lambda tokens: on_tokens([t._replace(job=items_of[t.job]) for t in tokens])
+    )
+    try:
+        results = host.sample_many([(adapter, [job]) for _, adapter, job in requests], sink)
+    except Exception as exc:
+        return [classify(exc)] * len(requests)
+    return [
+        classify(r) if isinstance(r, Exception) else Outcome(result=r[0].to_wire()) for r in results
+    ]
 
 
 def _sampler_adapter(

@@ -1,9 +1,10 @@
 """A worker process: one engine host, registered in the fleet under a lease, draining its
 operations.
 
-``drain()`` runs until nothing on this worker is runnable: each training model's next
-operation in seq order, then the pending samples in one batch per adapter. It reads all work
-from the database, so the broker message that woke it carries no state. A model this host does
+``drain()`` runs passes until nothing on this worker is runnable: each pass claims every
+training model's next operation in seq order and a fair share of the pending samples, and runs
+them packed into few engine calls (``passes``, ``scheduling``). It reads all work from the
+database, so the broker message that woke it carries no state. A model this host does
 not hold (it moved here from a lost worker, or a result could not be recorded) is restored from
 its recovery point before it runs anything. Every claim and completion is fenced by the lease's
 generation: a worker declared dead drops what it holds and registers anew.
@@ -19,7 +20,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
 import torch
 from django.conf import settings as django_settings
 from django.db import DatabaseError, close_old_connections
@@ -35,17 +35,17 @@ from controlplane.training_sessions.services.storage import storage_at
 
 from .cpu_threads import cpu_threads, threads_for
 from .engine.host import HostConfig, ModelHost
-from .executor import Outcome, SamplerAdapters, classify, run_samples, run_training
+from .executor import Outcome, SamplerAdapters, classify, run_training
+from .passes import Pass
 from .recovery import ReplayDiverged, restore_model
+from .scheduling import Scheduler
 from .sealing import Vault
 from .snapshots import Snapshots
 from .telemetry import operation_recorded
-from .token_stream import publisher as token_publisher
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
 
-SAMPLE_BATCH = 64
 RESTORE_ATTEMPTS = 3  # a restore that fails for a passing reason (storage away) is tried again
 # kinds that run without the model's state on the host
 STATELESS_KINDS = frozenset({"create_model", "unload_model"})
@@ -65,6 +65,16 @@ class WorkerSettings:
     security_group_ids: tuple[str, ...] = ()
     snapshot_every_steps: int | None = None  # None: the control plane's settings
     snapshot_every_seconds: float | None = None
+    pass_tokens: int = 16384  # most tokens of many sessions' operations in one engine call
+    pass_samples: int = 64  # most samples claimed by one pass (round-robin across tenants)
+
+    def __post_init__(self) -> None:
+        for field, env in (
+            ("pass_tokens", "LOOPWRIGHT_WORKER_PASS_TOKENS"),
+            ("pass_samples", "LOOPWRIGHT_WORKER_PASS_SAMPLES"),
+        ):
+            if getattr(self, field) < 1:
+                raise ValueError(f"{env} must be at least 1, not {getattr(self, field)}")
 
     @property
     def queue(self) -> str:
@@ -86,6 +96,8 @@ class WorkerSettings:
             else None,
             subnet_ids=_listed(env.get("LOOPWRIGHT_WORKER_SUBNETS", "")),
             security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
+            pass_tokens=int(env.get("LOOPWRIGHT_WORKER_PASS_TOKENS", "16384")),
+            pass_samples=int(env.get("LOOPWRIGHT_WORKER_PASS_SAMPLES", "64")),
         )
 
 
@@ -136,6 +148,7 @@ class WorkerRuntime:
         self._fenced = threading.Event()  # the lease was taken away: start over, empty
         self._restores_due = threading.Event()  # models moved here wait to be restored
         self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
+        self.scheduler = Scheduler(settings.pass_tokens)
         self._restore_failures: dict[str, int] = {}
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
@@ -317,76 +330,12 @@ class WorkerRuntime:
                 return ran
 
     def _pass(self) -> tuple[int, bool]:
-        """One pass: the next operation of each training model (one per model), then a batch
-        of samples. Returns how many ran, and whether the look after a piece of work (made by
-        a plain completion's own statement, else one cheap query) found nothing at all waiting
-        (then the other claims are not even tried)."""
-        progressed = 0
-        served: list[str] = []
-        while op := claim.claim_next_training(fence=self.fence, skip=served):
-            with structlog.contextvars.bound_contextvars(operation_id=op.pk, kind=op.kind):
-                outcome = self._training(op)
-                waiting = self._finish(op, outcome)
-            served.append(op.model_id)
-            if outcome.retry:  # not progress: a later pass (the heartbeat's look) tries again
-                continue
-            progressed += 1
-            if self._stop.is_set():
-                return progressed, True
-            if not (self._waiting() if waiting is None else waiting):
-                return progressed, True
-        claimed = claim.claim_samples(fence=self.fence, limit=SAMPLE_BATCH)
-        if claimed:
-            ids = [op.pk for op in claimed]
-            with structlog.contextvars.bound_contextvars(operation_ids=ids, kind="sample"):
-                ran = self._samples(claimed)
-            progressed += ran
-            if ran and not self._waiting():
-                return progressed, True
-        return progressed, False
+        """One pass (``passes.Pass``): how many operations ran, and whether nothing at all was
+        found waiting after the last."""
+        return Pass(self).run()
 
     def _waiting(self) -> bool:
         return claim.has_waiting_work(worker=self.worker, older_than_seconds=None)
-
-    def _samples(self, claimed: list) -> int:
-        """Run and record a batch of samples; how many ran (not put back to wait)."""
-        outcomes: dict[str, Outcome] = {}
-        for model_id in sorted({_live_adapter(op.plan) for op in claimed} - {None}):
-            if self.host.has_adapter(model_id):
-                continue
-            failed = self._restore(model_id)  # sampling from a live model needs its weights
-            if failed is not None:
-                for op in claimed:
-                    if _live_adapter(op.plan) == model_id:
-                        outcomes[op.pk] = failed
-        runnable = [op for op in claimed if op.pk not in outcomes]
-        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
-        on_tokens = token_publisher.sink(
-            [op.pk for op in runnable], [op.payload for op in runnable]
-        )
-        with self._threads(tokens):
-            ran = run_samples(
-                self.host,
-                [(op.payload, op.plan) for op in runnable],
-                self.samplers,
-                [self.vault(op.tenant_id) for op in runnable],
-                on_tokens,
-            )
-        if on_tokens is not None:
-            token_publisher.batch_done()
-        outcomes.update((op.pk, outcome) for op, outcome in zip(runnable, ran, strict=True))
-        lost: DatabaseError | None = None
-        for op in claimed:
-            if lost is not None:  # the database went away: these run again later
-                self._unrecorded.add(op.pk)
-                continue
-            try:
-                self._finish(op, outcomes[op.pk])
-            except DatabaseError as exc:
-                lost = exc
-        if lost is not None:
-            raise lost
-        return sum(not outcome.retry for outcome in outcomes.values())
 
     def _threads(self, tokens: int | None):
         """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
@@ -397,11 +346,16 @@ class WorkerRuntime:
     def _op_threads(self, kind: str, payload: dict):
         return self._threads(work_tokens(kind, payload))
 
-    def _training(self, op) -> Outcome:
+    def _held(self, op) -> Outcome | None:
+        """Bring ``op``'s model onto the host if it needs it and is not here (None: ready)."""
         if op.kind not in STATELESS_KINDS and not self.host.has_adapter(op.model_id):
-            failed = self._restore(op.model_id)
-            if failed is not None:
-                return failed
+            return self._restore(op.model_id)
+        return None
+
+    def _training(self, op) -> Outcome:
+        failed = self._held(op)
+        if failed is not None:
+            return failed
         started = time.perf_counter()
         try:
             with self._op_threads(op.kind, op.payload):
@@ -515,14 +469,6 @@ class WorkerRuntime:
         for request_id in sorted(self._unrecorded):
             claim.requeue(request_id=request_id, fence=self.fence)
             self._unrecorded.discard(request_id)
-
-
-def _live_adapter(plan: dict) -> str | None:
-    """The training model a sample reads the live weights of (None: base or saved weights)."""
-    adapter = plan.get("adapter")
-    if adapter is None or plan.get("storage_path"):
-        return None
-    return adapter
 
 
 def _or(value, default):

@@ -2,7 +2,8 @@
 
 A training model's operation is runnable when its ``seq_id`` equals the model's ``next_seq``;
 claiming is a conditional UPDATE (pending → running), so a redelivered nudge never runs an
-operation twice. On PostgreSQL a look and its claim are one statement. An operation claimed but
+operation twice. A worker's pass claims every model's runnable operation and a fair share of
+samples at once (``claim_runnable``). On PostgreSQL a look and its claim are one statement. An operation claimed but
 not recorded goes back to pending (``requeue``).
 """
 
@@ -95,12 +96,11 @@ def _claimed(sql: str, params: list) -> list[Operation]:
         return [row_mapper.load(Operation, row[1:]) for row in cursor.fetchall()]
 
 
-def pending_samples(*, worker: Worker, limit: int) -> list[Operation]:
-    return list(
-        Operation.objects.filter(
-            worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
-        ).order_by("created_at")[:limit]
-    )
+def pending_samples(*, worker: Worker, limit: int | None) -> list[Operation]:
+    pending = Operation.objects.filter(
+        worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
+    ).order_by("created_at")
+    return list(pending if limit is None else pending[:limit])
 
 
 def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
@@ -135,6 +135,64 @@ def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
         *fence_params,
     ]
     return sorted(_claimed(sql, params), key=lambda op: op.created_at)
+
+
+def claim_runnable(*, fence: Fence, sample_limit: int) -> tuple[list[Operation], list[Operation]]:
+    """One pass's work, claimed under ``fence``: every training model's next operation (its
+    ``next_seq``, so at most one per model and sequence order untouched), and up to
+    ``sample_limit`` pending samples taken round-robin across tenants (each tenant's oldest
+    first, so one tenant's backlog never fills the pass). Both oldest first. On PostgreSQL one
+    statement."""
+    if connection.vendor == "postgresql":
+        claimed = _claim_runnable_in_one_statement(fence, sample_limit)
+    else:
+        worker = Worker(pk=fence.worker_id)
+        picked = next_training_ops(worker=worker) + _fair_samples(worker, sample_limit)
+        claimed = [op for op in picked if claim(op, fence)]
+    claimed.sort(key=lambda op: op.created_at)
+    heads = [op for op in claimed if op.kind != Operation.Kind.SAMPLE]
+    return heads, [op for op in claimed if op.kind == Operation.Kind.SAMPLE]
+
+
+def _fair_samples(worker: Worker, limit: int) -> list[Operation]:
+    """Pending samples, the first of every tenant, then the second of every tenant, …; within a
+    turn oldest first (as the one-statement claim's ``ORDER BY turn, created_at``)."""
+    turns: dict[object, int] = {}
+    ranked = []
+    for op in pending_samples(worker=worker, limit=None):
+        turns[op.tenant_id] = turn = turns.get(op.tenant_id, 0) + 1
+        ranked.append((turn, op.created_at, op))
+    ranked.sort(key=lambda r: r[:2])
+    return [op for _, _, op in ranked[:limit]]
+
+
+def _claim_runnable_in_one_statement(fence: Fence, sample_limit: int) -> list[Operation]:
+    # Each ARRAY(...) is evaluated once. The heads lock their rows and skip those another
+    # transaction holds; the samples' round-robin (a window) cannot lock in the same SELECT, so
+    # the UPDATE re-checks each picked row is still pending (one just failed, say by a stop,
+    # is left alone).
+    ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
+    fenced, fence_params = fence.sql()
+    sql = f"""
+        UPDATE {ops} o SET status = %s, started_at = %s
+        WHERE o.id = ANY(ARRAY(
+            SELECT h.id FROM {ops} h JOIN {models} m ON m.id = h.model_id
+            WHERE h.worker_id = %s AND h.status = %s AND h.seq_id = m.next_seq
+            FOR UPDATE OF h SKIP LOCKED
+        ) || ARRAY(
+            SELECT s.id FROM (
+                SELECT id, created_at,
+                       row_number() OVER (PARTITION BY tenant_id ORDER BY created_at) AS turn
+                FROM {ops} WHERE worker_id = %s AND status = %s AND kind = %s
+            ) s
+            ORDER BY s.turn, s.created_at LIMIT %s
+        )) AND o.status = %s AND o.worker_id = %s AND {fenced}
+        RETURNING {_returned("o")}
+    """
+    pending, worker_id = Operation.Status.PENDING, fence.worker_id
+    params = [Operation.Status.RUNNING, timezone.now(), worker_id, pending]
+    params += [worker_id, pending, Operation.Kind.SAMPLE, sample_limit, pending, worker_id]
+    return _claimed(sql, params + fence_params)
 
 
 def has_waiting_work(*, worker: Worker, older_than_seconds: float | None = 2.0) -> bool:

@@ -352,11 +352,17 @@ def test_samplers_move_and_a_seeded_sample_draws_the_same_tokens(alice, start) -
     assert set(SamplingSession.objects.values_list("worker__name", flat=True)) == {"b"}
 
     def drawn(answer: dict) -> list[dict]:  # each request's sequences have ids of their own
-        return [{k: v for k, v in s.items() if k != "sequence_id"} for s in answer["sequences"]]
+        skip = {"sequence_id", "logprobs"}
+        return [{k: v for k, v in s.items() if k not in skip} for s in answer["sequences"]]
+
+    def logprobs(answer: dict) -> list[float]:
+        return [p for s in answer["sequences"] for p in s["logprobs"]]
 
     for name, fut in in_flight.items():
         after = result(alice, b, fut)
         assert drawn(after) == drawn(before[name]), name
+        # the three samplers now share one engine call: the same tokens, logprobs to float32
+        assert logprobs(after) == pytest.approx(logprobs(before[name]), abs=1e-5), name
 
 
 def test_the_session_shows_its_failovers_and_charlie_sees_none(alice, charlie, start) -> None:

@@ -8,6 +8,7 @@ goes back to the OS once the process has grown by ``release_slack_mb`` (see ``me
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import shutil
@@ -117,6 +118,9 @@ class ModelHost:
             self.device,
         )
         self._lock = threading.RLock()
+        # engine calls by name (forward_many, forward_backward_many, optim_step_many,
+        # sample_many): how many calls a worker's operations took
+        self.calls: collections.Counter[str] = collections.Counter()
         self.memory = memory.HeapReleaser(self.config.release_slack_mb << 20)
         # told of each adapter spilled to disk to make room, with its whole state
         self.on_evict: Callable[[str, snapshots.Snapshot], None] | None = None
@@ -190,6 +194,7 @@ class ModelHost:
         """``forward`` for several sessions' requests in shared passes: each entry is what that
         request alone would return, or the error it alone would raise."""
         with self._operation():
+            self.calls["forward_many"] += 1
             return self.passes.run([PassRequest(m, f, backward=False) for m, f in requests])
 
     def forward_backward_many(
@@ -198,6 +203,7 @@ class ModelHost:
         """``forward_backward`` for several sessions' requests in shared passes; each adapter
         accumulates exactly the gradients its own requests would give it alone."""
         with self._operation():
+            self.calls["forward_backward_many"] += 1
             return self.passes.run([PassRequest(m, f, backward=True) for m, f in requests])
 
     def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
@@ -206,8 +212,10 @@ class ModelHost:
     def optim_step_many(
         self, requests: Sequence[tuple[str, AdamParams]]
     ) -> list[OptimStepResponse | Exception]:
-        """An AdamW step for each (model, params); each adapter's state is its own."""
+        """An AdamW step for each (model, params); each adapter's state is its own, and so is
+        each entry's error (one adapter's failure never stops the others' steps)."""
         with self._operation():
+            self.calls["optim_step_many"] += 1
             out: list[OptimStepResponse | Exception] = []
             for model_id, adam in requests:
                 try:
@@ -216,7 +224,7 @@ class ModelHost:
                     params = self.pool.parameters(model_id)
                     metrics = adamw_step(params, self.pool.optimizer(model_id), hp)
                     out.append(OptimStepResponse(metrics=metrics))
-                except EngineError as exc:
+                except Exception as exc:
                     out.append(exc)
             return out
 
@@ -246,6 +254,7 @@ class ModelHost:
         that request alone would return (seeded samples token for token), or its error.
         ``on_tokens`` hears tokens as drawn, ``job`` counting all requests' jobs in order."""
         with self._operation():
+            self.calls["sample_many"] += 1
             out: dict[int, list[SampleResult] | Exception] = {}
             valid: list[int] = []
             for i, (model_id, jobs) in enumerate(requests):

@@ -1,0 +1,185 @@
+"""One pass of a worker's drain: claim every training model's next operation and a fair share
+of the samples at once, run them in the scheduler's engine calls (many sessions' operations of
+one kind packed under the token budget, ``scheduling``), and record each call's operations as
+soon as it returns, so no one waits for the whole pass.
+
+Each operation's outcome is the one it would have had alone: its own result or error, its own
+restore, its own retry; the runtime's ``_finish`` records it exactly as for a single operation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+from django.db import DatabaseError
+
+from controlplane import metrics
+from controlplane.metering.tokens import work_tokens
+from controlplane.operations import claim
+
+from .executor import PACKED_CALLS, Outcome, run_packed, run_samples
+from .scheduling import PACKED_KINDS, Work
+from .token_stream import publisher as token_publisher
+
+if TYPE_CHECKING:
+    from .runtime import WorkerRuntime
+
+log = logging.getLogger("loopwright.worker")
+
+
+class Pass:
+    """One pass over a runtime's work (under its drain lock)."""
+
+    def __init__(self, rt: WorkerRuntime) -> None:
+        self.rt = rt
+        self.unfinished: dict[str, object] = {}  # claimed, not recorded yet
+
+    def run(self) -> tuple[int, bool]:
+        """How many operations ran, and whether the look after the last piece of work (made by
+        a plain completion's own statement, else one cheap query) found nothing waiting."""
+        rt = self.rt
+        limit = rt.settings.pass_samples
+        heads, samples = claim.claim_runnable(fence=rt.fence, sample_limit=limit)
+        claimed = {op.pk: op for op in heads + samples}
+        if not claimed:
+            return 0, False
+        self.unfinished = dict(claimed)
+        progressed, waiting = 0, None
+        for call in rt.scheduler.plan([work_of(op) for op in claimed.values()]):
+            ops = [claimed[w.key] for w in call.items]
+            try:
+                ran, waiting = self._call(call.kind, ops)
+            except BaseException:
+                # What this call ran is not recorded, so its models' state here no longer
+                # counts; everything claimed and not recorded is pending again once the
+                # database answers (or goes with the lease, if that was lost).
+                for op in ops:
+                    if op.pk in self.unfinished:
+                        rt._drop(op)
+                rt._unrecorded.update(self.unfinished)
+                raise
+            progressed += ran
+            if rt._stop.is_set():  # the call that ran was the last: the rest waits again
+                for request_id in self.unfinished:
+                    claim.requeue(request_id=request_id, fence=rt.fence)
+                return progressed, True
+        if not progressed:  # all put back to wait: a later pass (the heartbeat's look)
+            return 0, False
+        return progressed, not (rt._waiting() if waiting is None else waiting)
+
+    def _call(self, kind: str, ops: list) -> tuple[int, bool | None]:
+        """Run ``ops`` (of one kind) in one engine call and record each; how many ran (not put
+        back to wait), and what the last completion found waiting (None: it did not look)."""
+        many = len(ops) > 1
+        ids = {"operation_ids": [o.pk for o in ops]} if many else {"operation_id": ops[0].pk}
+        with structlog.contextvars.bound_contextvars(kind=kind, **ids):
+            if kind == "sample":
+                outcomes = self._samples(ops)
+            elif kind in PACKED_CALLS and many:
+                outcomes = self._packed(kind, ops)
+            else:  # alone, as the worker always ran it
+                outcomes = {op.pk: self.rt._training(op) for op in ops}
+            if kind in PACKED_KINDS:
+                metrics.ENGINE_CALL_OPERATIONS.labels(kind).observe(len(ops))
+            return self._finish_all(ops, outcomes)
+
+    def _finish_all(self, ops: list, outcomes: dict[str, Outcome]) -> tuple[int, bool | None]:
+        rt = self.rt
+        lost: DatabaseError | None = None
+        ran, waiting = 0, None
+        for op in ops:
+            self.unfinished.pop(op.pk, None)
+            if lost is not None:  # the database went away: these run again later
+                rt._drop(op)  # its state here took it, the database's did not
+                rt._unrecorded.add(op.pk)
+                continue
+            try:
+                waiting = rt._finish(op, outcomes[op.pk])
+            except DatabaseError as exc:
+                lost = exc
+                continue
+            ran += not outcomes[op.pk].retry
+        if lost is not None:
+            raise lost
+        return ran, waiting
+
+    def _samples(self, ops: list) -> dict[str, Outcome]:
+        """Samples of any adapters (live training models, saved sampler weights, the base
+        model) in one engine call; a live model that cannot be restored fails its own."""
+        rt = self.rt
+        outcomes: dict[str, Outcome] = {}
+        for model_id in sorted({live_adapter(op.plan) for op in ops} - {None}):
+            if rt.host.has_adapter(model_id):
+                continue
+            failed = rt._restore(model_id)  # sampling from a live model needs its weights
+            if failed is not None:
+                for op in ops:
+                    if live_adapter(op.plan) == model_id:
+                        outcomes[op.pk] = failed
+        runnable = [op for op in ops if op.pk not in outcomes]
+        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
+        on_tokens = token_publisher.sink(
+            [op.pk for op in runnable], [op.payload for op in runnable]
+        )
+        with rt._threads(tokens):
+            ran = run_samples(
+                rt.host,
+                [(op.payload, op.plan) for op in runnable],
+                rt.samplers,
+                [rt.vault(op.tenant_id) for op in runnable],
+                on_tokens,
+            )
+        if on_tokens is not None:
+            token_publisher.batch_done()
+        outcomes.update((op.pk, outcome) for op, outcome in zip(runnable, ran, strict=True))
+        return outcomes
+
+    def _packed(self, kind: str, ops: list) -> dict[str, Outcome]:
+        """Several models' operations of one packed training kind in one engine call; a model
+        that cannot be restored fails (or waits) alone."""
+        rt = self.rt
+        outcomes: dict[str, Outcome] = {}
+        for op in ops:
+            failed = rt._held(op)
+            if failed is not None:
+                outcomes[op.pk] = failed
+        runnable = [op for op in ops if op.pk not in outcomes]
+        counted = [work_tokens(op.kind, op.payload) for op in runnable]
+        tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
+        started = time.perf_counter()
+        with rt._threads(tokens):
+            ran = run_packed(rt.host, kind, [(op.payload, op.plan) for op in runnable])
+        for op, outcome in zip(runnable, ran, strict=True):
+            outcomes[op.pk] = outcome
+            if not outcome.ok and outcome.category == "server":
+                log.error("operation %s (%s) failed: %s", op.pk, op.kind, outcome.error)
+        log.info(
+            "%s x%d (%s tokens) %.1f ms",
+            kind,
+            len(runnable),
+            tokens,
+            1000 * (time.perf_counter() - started),
+        )
+        return outcomes
+
+
+def work_of(op) -> Work:
+    """A claimed operation as the scheduler sees it."""
+    return Work(
+        key=op.pk,
+        tenant=str(op.tenant_id),
+        owner=str(op.model_id or op.sampling_session_id or ""),
+        kind=op.kind,
+        tokens=work_tokens(op.kind, op.payload) or 0,
+    )
+
+
+def live_adapter(plan: dict) -> str | None:
+    """The training model a sample reads the live weights of (None: base or saved weights)."""
+    adapter = plan.get("adapter")
+    if adapter is None or plan.get("storage_path"):
+        return None
+    return adapter
