@@ -18,6 +18,28 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def _reseed_default_prices(sender, app_config, apps=None, **kwargs) -> None:
+    """A transactional test empties every table when it ends, then Django sends post_migrate:
+    put back the rows the data migrations seed (the default prices), so a test that runs after
+    it in the same process sees the database a fresh migrate leaves."""
+    if app_config.label == "metering":
+        import importlib
+
+        from django.apps import apps as installed
+
+        seeded = importlib.import_module("controlplane.metering.migrations.0002_default_prices")
+        seeded.seed(apps or installed, None)  # a flush sends no ``apps``: the installed ones
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _default_prices_outlive_flushes():
+    from django.db.models.signals import post_migrate
+
+    post_migrate.connect(_reseed_default_prices, dispatch_uid="loopwright-test-reseed-prices")
+    yield
+    post_migrate.disconnect(dispatch_uid="loopwright-test-reseed-prices")
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """The test database, as pytest-django makes it; before it is dropped, this process's

@@ -2,7 +2,8 @@
 
 The engine decodes with an fp32 KV cache and the reference runs the whole sequence at once in
 float64, so values agree to ``ATOL``: float32 decoding with a large-logit adapter is off by up to
-5e-4 at some positions (a wrong temperature or law is off by far more).
+1.1e-3 at some positions, depending on the thread count and the transformers release (a wrong
+temperature or law is off by far more).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from workers.engine.sampler import SampleJob
 
 from .reference import plain_peft_model, randomize_adapter
 
-ATOL = 1e-3
+ATOL = 2e-3
 
 
 @pytest.fixture
