@@ -96,7 +96,8 @@ _TOO_WIDE = """() => {
 
 
 def too_wide(page) -> list[str]:
-    """What sticks out of a phone's screen on ``page`` (empty: nothing)."""
+    """What sticks out of a phone's screen on ``page`` (empty: nothing), once it has loaded."""
+    page.wait_for_load_state("load")
     found = page.evaluate(_TOO_WIDE)
     problems = list(found["out"])
     if found["scroll"] > found["width"]:

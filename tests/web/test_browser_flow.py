@@ -177,6 +177,7 @@ def test_sign_up_train_watch_and_stop_in_the_browser(stack) -> None:
         phone.fill("#id_password", PASSWORD)
         phone.click("button:has-text('Log in')")
         assert phone.url.endswith(f"/sessions/{session_id}")
+        phone.wait_for_load_state("load")  # the URL changes when the page starts to arrive
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390
         assert not too_wide(phone)  # the loss chart inside its box, the tables as cards
         screenshot(phone, "16-phone-session")
