@@ -108,7 +108,9 @@ def test_the_session_form_and_page(live_server, tmp_path) -> None:
         page.select_option("#f-smooth", "0.8")
         page.wait_for_url(re.compile(r"smooth=0\.8"))
         assert page.locator("svg[aria-label='Loss per token'] polyline[opacity='0.3']").count() == 1
-        page.locator("input[name=compare]").check()
+        # ticking it submits the form at once; the page it loads carries the choice twice (the
+        # box, ticked, and the operations filter's hidden copy), so click rather than check()
+        page.locator("input[type=checkbox][name=compare]").click()
         page.wait_for_url(re.compile(r"compare=sess-"))
         assert (
             page.locator("svg[aria-label='Loss per token'] polyline[stroke-width='2']").count() == 2
