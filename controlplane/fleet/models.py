@@ -20,6 +20,37 @@ class BaseModel(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
 
+class ReplicaGroup(models.Model):
+    """Workers of one base model that serve training models together (data parallel): rank 0,
+    the coordinator, claims the models' operations; the followers join each one's collectives.
+
+    Placement forms a group from live workers and records each member's ``rank``; the
+    coordinator opens the rendezvous (a TCP store on its ``address``) and announces it here; the
+    followers read it and join. A group is never repaired: when a member is lost it is broken,
+    its models go back to placement and a new group forms from live workers.
+    """
+
+    class State(models.TextChoices):
+        FORMING = "forming"  # members named, not all joined yet
+        READY = "ready"  # every rank joined: operations run
+        BROKEN = "broken"  # a member was lost or left: nothing runs on it again
+
+    base_model = models.ForeignKey(BaseModel, on_delete=models.PROTECT, related_name="groups")
+    world_size = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.FORMING)
+    rendezvous = models.CharField(max_length=300, blank=True)  # tcp://host:port, from rank 0
+    status_reason = models.TextField(blank=True)  # why it broke, for people
+    created_at = models.DateTimeField(auto_now_add=True)
+    ready_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "base_model"], name="replica_group_state_idx")]
+
+    def __str__(self) -> str:
+        return f"group {self.pk} ({self.base_model_id} x{self.world_size}, {self.state})"
+
+
 class Worker(models.Model):
     class State(models.TextChoices):
         ACTIVE = "active"
@@ -42,6 +73,14 @@ class Worker(models.Model):
     # the generation it was made under, so a worker declared dead can change nothing.
     generation = models.BigIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Where the other ranks of a group reach it when it is a coordinator (a host name or IP).
+    address = models.CharField(max_length=200, blank=True)
+    # The replica group it belongs to now, and its rank there (0: the coordinator). A follower
+    # (rank > 0) serves only its group; a coordinator also serves single-worker models.
+    group = models.ForeignKey(
+        ReplicaGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="members"
+    )
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["state", "lease_expires_at"], name="worker_lease_idx")]

@@ -16,6 +16,8 @@ class TenantQuota(models.Model):
     requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
     # Tokens per calendar month (UTC) across the tenant's usage; refused at submit once reached.
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
+    # The most data-parallel replicas one training model may ask for.
+    max_replicas = models.PositiveSmallIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -85,6 +85,8 @@ class TrainingModel(models.Model):
     model_seq_id = models.IntegerField()
     base_model = models.CharField(max_length=200)
     lora = models.JSONField()  # rank, alpha, seed, train_attn, train_mlp, train_unembed
+    # Data-parallel ranks it trains on (1: one worker); >1: placed on a replica group of that size
+    replicas = models.PositiveSmallIntegerField(default=1)
     user_metadata = models.JSONField(null=True, blank=True)
     # None while it waits for a worker; its operations queue up until one takes it.
     worker = models.ForeignKey(
