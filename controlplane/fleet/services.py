@@ -126,6 +126,7 @@ class Registration:
     generation: int
     previous_state: str | None
     previous_generation: int | None
+    previous_group: int | None = None  # the replica group its previous incarnation was in
 
 
 def worker_register(
@@ -143,6 +144,7 @@ def worker_register(
     subnet_ids: Sequence[str] = (),
     security_group_ids: Sequence[str] = (),
     vocab_size: int | None = None,
+    address: str = "",
 ) -> Registration:
     """Record the worker and what it serves, under a new generation with a fresh lease; runs in
     the caller's transaction. ``subnet_ids`` empty: the open network."""
@@ -166,6 +168,9 @@ def worker_register(
         "device": device,
         "subnet_ids": subnet_ids,
         "security_group_ids": security_group_ids,
+        "address": address,
+        "group": None,  # a new process belongs to no group; the old one's group ends
+        "rank": None,
         "state": Worker.State.ACTIVE,
         "started_at": now,
         "last_heartbeat_at": now,
@@ -173,9 +178,9 @@ def worker_register(
     worker = Worker.objects.select_for_update().filter(name=name).first()
     if worker is None:
         worker = Worker.objects.create(name=name, generation=1, **fields)
-        before: tuple[str | None, int | None] = (None, None)
+        before: tuple[str | None, int | None, int | None] = (None, None, None)
     else:
-        before = (worker.state, worker.generation)
+        before = (worker.state, worker.generation, worker.group_id)
         for key, value in fields.items():
             setattr(worker, key, value)
         worker.generation += 1

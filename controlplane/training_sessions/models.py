@@ -284,6 +284,7 @@ class Recovery(models.Model):
         WORKER_RESTARTED = "worker_restarted"  # started again under its name before that
         WORKER_STOPPED = "worker_stopped"  # stopped on its own and handed its models over
         STATE_UNRECORDED = "state_unrecorded"  # its worker could not record a result
+        GROUP_BROKEN = "group_broken"  # a member of its replica group was lost or left
 
     class Outcome(models.TextChoices):
         RESTORING = "restoring"

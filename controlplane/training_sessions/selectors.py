@@ -75,6 +75,13 @@ def model_get(*, tenant: Tenant, model_id: str) -> TrainingModel:
         raise NotFound(f"model {model_id!r} not found", field="model_id") from None
 
 
+def model_replicas(model_id: str) -> int:
+    """The data-parallel replicas a model trains on (1: one worker, or no such model), for the
+    worker that runs it; it never changes."""
+    found = TrainingModel.objects.filter(pk=model_id).values_list("replicas", flat=True).first()
+    return found or 1
+
+
 def model_next_free_seq(model: TrainingModel) -> int:
     """The seq_id after the highest one the model has received (where an attaching client
     continues); at least the one it runs next."""

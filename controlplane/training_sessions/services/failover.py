@@ -13,15 +13,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.utils import timezone
 
 from controlplane.audit.services import audit_system
+from controlplane.fleet import replica_groups
 from controlplane.fleet import services as fleet
-from controlplane.fleet.models import Worker
+from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.iam.resources import model_arn
 
 from ..models import Operation, Recovery, SamplingSession, TrainingModel
@@ -33,6 +35,7 @@ CAUSE_TEXT = {
     Recovery.Cause.WORKER_LOST: "was silent past its lease",
     Recovery.Cause.WORKER_RESTARTED: "was started again",
     Recovery.Cause.WORKER_STOPPED: "stopped and handed its models over",
+    Recovery.Cause.GROUP_BROKEN: "lost its replica group",
 }
 
 
@@ -42,14 +45,62 @@ def worker_start(*, by: str, **registration) -> fleet.Registration:
     declared dead in the same transaction, and its models move like any dead worker's."""
     with transaction.atomic():
         reg = fleet.worker_register(**registration)
+        if reg.previous_group is not None:
+            _group_broken(
+                reg.previous_group, by=by, reason=f"its member {reg.worker.name} was started again"
+            )
         if reg.previous_state == Worker.State.ACTIVE:
             _release(reg.worker, cause=Recovery.Cause.WORKER_RESTARTED, by=by)
     return reg
 
 
+def group_broken(group_id: int, *, by: str, reason: str) -> int:
+    """A replica group lost a member or cannot go on (a collective failed, a member never
+    joined): it ends, and its coordinator's replicated models move like a dead worker's, to be
+    restored from their recovery points on a new group. Returns how many models moved."""
+    with transaction.atomic():
+        return _group_broken(group_id, by=by, reason=reason)
+
+
+def _group_broken(group_id: int, *, by: str, reason: str) -> int:
+    coordinator = replica_groups.group_end(group_id=group_id, reason=reason)
+    if coordinator is None or coordinator.state != Worker.State.ACTIVE:
+        return 0  # ended already, or its coordinator's own release moves everything
+    log.warning("replica group %s ended (%s), noticed by %s", group_id, reason, by)
+    return _release(coordinator, cause=Recovery.Cause.GROUP_BROKEN, by=by, replicated_only=True)
+
+
+def groups_unused(*, by: str) -> int:
+    """End the groups no live model trains on any more (a lease after they formed), so their
+    followers serve other work again. Returns how many ended."""
+    since = timezone.now() - timedelta(seconds=settings.WORKER_LEASE_SECONDS)
+    used = TrainingModel.objects.filter(
+        state__in=TrainingModel.LIVE_STATES, replicas__gt=1, worker__group=OuterRef("pk")
+    )
+    unused = list(
+        ReplicaGroup.objects.exclude(state=ReplicaGroup.State.BROKEN)
+        .filter(created_at__lt=since)
+        .exclude(Exists(used))
+        .values_list("pk", flat=True)
+    )
+    for group_id in unused:
+        group_broken(group_id, by=by, reason="no model trains on it any more")
+    return len(unused)
+
+
+def groups_stuck_forming(*, by: str) -> int:
+    """End the groups a member never joined within twice the lease; their models are placed
+    again. Returns how many ended."""
+    stuck = replica_groups.groups_stuck_forming(seconds=2 * settings.WORKER_LEASE_SECONDS)
+    for group_id in stuck:
+        group_broken(group_id, by=by, reason="a member did not join in time")
+    return len(stuck)
+
+
 def workers_declare_dead(*, by: str) -> list[str]:
     """Declare dead every worker whose lease ran out, each once, one per transaction; then
-    re-home requests that landed on a worker after it was declared. Returns the names."""
+    re-home requests that landed on a worker after it was declared, and end the replica groups
+    a member never joined. Returns the names."""
     declared = []
     while True:
         with transaction.atomic():
@@ -65,6 +116,8 @@ def workers_declare_dead(*, by: str) -> list[str]:
         log.warning("worker %s was silent past its lease: declared dead by %s", worker.name, by)
         declared.append(worker.name)
     _rehome_strays()
+    groups_stuck_forming(by=by)
+    groups_unused(by=by)
     return declared
 
 
@@ -102,29 +155,35 @@ def worker_hand_over(*, fence: fleet.Fence, by: str) -> int:
         return _release(worker, cause=Recovery.Cause.WORKER_STOPPED, by=by)
 
 
-def _release(worker: Worker, *, cause: str, by: str) -> int:
-    """Everything ``worker`` held goes back: unfinished operations to pending, models and
-    samplers to other live workers or to waiting. The caller holds the worker's row lock.
-    Returns how many models moved."""
+def _release(worker: Worker, *, cause: str, by: str, replicated_only: bool = False) -> int:
+    """Everything ``worker`` held (``replicated_only``: its data-parallel models, when its
+    replica group ended) goes back: unfinished operations to pending, models and samplers to
+    other live workers or to waiting. The caller holds the worker's row lock. Returns how many
+    models moved."""
     now = timezone.now()
+    if not replicated_only and worker.group_id is not None:
+        _group_broken(
+            worker.group_id, by=by, reason=f"its member {worker.name} {CAUSE_TEXT[cause]}"
+        )
     # The models first (locked, in one order): a submit for one of them waits for this
     # transaction and then sees its new worker; one that committed before is moved below.
+    held = TrainingModel.objects.filter(worker=worker, state__in=TrainingModel.LIVE_STATES)
+    if replicated_only:
+        held = held.filter(replicas__gt=1)
     models = list(
-        TrainingModel.objects.select_for_update(of=("self",))
-        .filter(worker=worker, state__in=TrainingModel.LIVE_STATES)
-        .select_related("session", "tenant")
-        .order_by("pk")
+        held.select_for_update(of=("self",)).select_related("session", "tenant").order_by("pk")
     )
+    ops = Operation.objects.filter(worker=worker)
+    if replicated_only:
+        ops = ops.filter(model__in=[m.pk for m in models])
     running = dict(
-        Operation.objects.filter(worker=worker, status=Operation.Status.RUNNING)
-        .values_list("model")
-        .annotate(n=Count("id"))
+        ops.filter(status=Operation.Status.RUNNING).values_list("model").annotate(n=Count("id"))
     )
     # One statement for all of them, so a claim racing it either finished first (and is put
     # back here) or finds nothing left to claim.
-    Operation.objects.filter(
-        worker=worker, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
-    ).update(status=Operation.Status.PENDING, started_at=None, worker=None)
+    ops.filter(status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)).update(
+        status=Operation.Status.PENDING, started_at=None, worker=None
+    )
     what = CAUSE_TEXT[cause]
     for model in models:
         model.worker = None
@@ -136,7 +195,10 @@ def _release(worker: Worker, *, cause: str, by: str) -> int:
     refused: dict = {}
     for model in models:
         placement.model_place(model, refused)
-    for sampler in SamplingSession.objects.filter(worker=worker).select_related("session"):
+    samplers = SamplingSession.objects.filter(worker=worker)
+    if replicated_only:
+        samplers = samplers.filter(live_model__in=[m.pk for m in models])
+    for sampler in samplers.select_related("session"):
         placement.sampler_move(sampler, placement.sampler_home(sampler))
     return len(models)
 

@@ -17,6 +17,7 @@ from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
+from .group_placement import group_place
 from .recovery import recovery_discard
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,9 @@ def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
     both take a last slot. Raises NoWorkerAvailable with the reason none will do.
     """
     network = network or Network()
-    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    serving = [  # a follower of a replica group serves only its group
+        w for w in live_workers().filter(base_model_id=base_model).order_by("name") if not w.rank
+    ]
     if not serving:
         raise NoWorkerAvailable(
             base_model,
@@ -92,7 +95,7 @@ def models_place_waiting(*, base_model: str | None = None) -> list[str]:
     placed: list[str] = []
     # Once a (base model, network) finds no worker, younger models asking the same wait too:
     # they neither query again nor take a slot an older one could not.
-    refused: dict[tuple[str, Network], NoWorkerAvailable] = {}
+    refused: dict[tuple, NoWorkerAvailable] = {}
     for model_id in list(waiting.values_list("id", flat=True)):
         with transaction.atomic():
             if _place_one(model_id, refused):
@@ -102,7 +105,7 @@ def models_place_waiting(*, base_model: str | None = None) -> list[str]:
     return placed
 
 
-def _place_one(model_id: str, refused: dict[tuple[str, Network], NoWorkerAvailable]) -> bool:
+def _place_one(model_id: str, refused: dict[tuple, NoWorkerAvailable]) -> bool:
     # skip_locked: a model being unloaded or placed by someone else is left to them
     model = (
         TrainingModel.objects.select_for_update(skip_locked=True, of=("self",))
@@ -123,6 +126,7 @@ def model_place_new(model: TrainingModel) -> bool:
             worker__isnull=True,
             base_model=model.base_model,
             created_at__lte=model.created_at,
+            replicas=model.replicas,
         )
         .exclude(pk=model.pk)
         .select_related("session")
@@ -135,12 +139,17 @@ def model_place_new(model: TrainingModel) -> bool:
     return _place(model, {})
 
 
-def _place(model: TrainingModel, refused: dict[tuple[str, Network], NoWorkerAvailable]) -> bool:
-    key = (model.base_model, session_network(model.session))
+def _place(model: TrainingModel, refused: dict[tuple, NoWorkerAvailable]) -> bool:
+    key = (model.base_model, session_network(model.session), model.replicas)
     why = refused.get(key)
     if why is None:
         try:
-            worker = worker_place(base_model=model.base_model, network=key[1])
+            if model.replicas > 1:
+                worker = group_place(
+                    base_model=model.base_model, replicas=model.replicas, network=key[1]
+                )
+            else:
+                worker = worker_place(base_model=model.base_model, network=key[1])
         except NoWorkerAvailable as exc:
             why = refused[key] = exc
         else:
@@ -186,7 +195,9 @@ def sampler_home(sampler: SamplingSession) -> Worker | None:
         return TrainingModel.objects.get(pk=sampler.live_model_id).worker
     network = session_network(sampler.session)
     serving = [
-        w for w in live_workers().filter(base_model_id=sampler.base_model) if network.admits(w)
+        w
+        for w in live_workers().filter(base_model_id=sampler.base_model)
+        if network.admits(w) and not w.rank  # a follower serves only its replica group
     ]
     if not serving:
         return None
