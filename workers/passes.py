@@ -79,7 +79,13 @@ class Pass:
             if kind == "sample":
                 outcomes = self._samples(ops)
             elif kind in PACKED_CALLS and many:
-                outcomes = self._packed(kind, ops)
+                # a data-parallel model's call is a round of its replica group: alone
+                alone = [op for op in ops if self.rt.replicated(op.model_id)]
+                packed = [op for op in ops if op not in alone]
+                outcomes = self._packed(kind, packed) if len(packed) > 1 else {}
+                outcomes.update(
+                    (op.pk, self.rt._training(op)) for op in alone + packed if op.pk not in outcomes
+                )
             else:  # alone, as the worker always ran it
                 outcomes = {op.pk: self.rt._training(op) for op in ops}
             if kind in PACKED_KINDS:
@@ -151,7 +157,7 @@ class Pass:
         tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
         started = time.perf_counter()
         with rt._threads(tokens):
-            ran = run_packed(rt.host, kind, [(op.payload, op.plan) for op in runnable])
+            ran = run_packed(rt.engine, kind, [(op.payload, op.plan) for op in runnable])
         for op, outcome in zip(runnable, ran, strict=True):
             outcomes[op.pk] = outcome
             if not outcome.ok and outcome.category == "server":

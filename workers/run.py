@@ -37,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
         "$LOOPWRIGHT_WORKER_SECURITY_GROUPS, comma-separated)",
     )
     p.add_argument(
+        "--address",
+        default=os.environ.get("LOOPWRIGHT_WORKER_ADDRESS", ""),
+        help="the host name or IP the other ranks of a replica group reach this worker at "
+        "(default: $LOOPWRIGHT_WORKER_ADDRESS, else the host name)",
+    )
+    p.add_argument(
         "--snapshot-every-steps",
         type=int,
         help="snapshot each training model every N optimizer steps (0: never by count; "
@@ -60,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
         LOOPWRIGHT_WORKER_DEVICE=args.device,
         LOOPWRIGHT_WORKER_DTYPE=args.dtype,
         LOOPWRIGHT_WORKER_CAPACITY=str(args.capacity),
+        LOOPWRIGHT_WORKER_ADDRESS=args.address,
         LOOPWRIGHT_WORKER_SUBNETS=",".join(
             args.subnets if args.subnets is not None else _listed("LOOPWRIGHT_WORKER_SUBNETS")
         ),

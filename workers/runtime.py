@@ -12,6 +12,7 @@ generation: a worker declared dead drops what it holds and registers anew.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -30,14 +31,17 @@ from controlplane.kms import providers as kms_providers
 from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.metering.tokens import work_tokens
 from controlplane.operations import claim, complete, ordering
+from controlplane.training_sessions.selectors import model_replicas
 from controlplane.training_sessions.services import failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
 
 from .cpu_threads import cpu_threads, threads_for
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_training
+from .group_member import GroupMember
 from .passes import Pass
 from .recovery import ReplayDiverged, restore_model
+from .replicated_host import GroupNotReady, ReplicatedHost
 from .scheduling import Scheduler
 from .sealing import Vault
 from .snapshots import Snapshots
@@ -67,6 +71,7 @@ class WorkerSettings:
     snapshot_every_seconds: float | None = None
     pass_tokens: int = 16384  # most tokens of many sessions' operations in one engine call
     pass_samples: int = 64  # most samples claimed by one pass (round-robin across tenants)
+    address: str = ""  # where the other ranks of a replica group it leads reach it
 
     def __post_init__(self) -> None:
         for field, env in (
@@ -98,6 +103,7 @@ class WorkerSettings:
             security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
             pass_tokens=int(env.get("LOOPWRIGHT_WORKER_PASS_TOKENS", "16384")),
             pass_samples=int(env.get("LOOPWRIGHT_WORKER_PASS_SAMPLES", "64")),
+            address=env.get("LOOPWRIGHT_WORKER_ADDRESS") or socket.gethostname(),
         )
 
 
@@ -144,6 +150,10 @@ class WorkerRuntime:
         self.host.on_evict = lambda model_id, state: self.snapshots.evicted(
             model_id, state, self.fence
         )
+        # What the operations run on: the host, or a replica group for data-parallel models.
+        self._replicas: dict[str, int] = {}
+        self.engine = ReplicatedHost(self.host, self.replicated)
+        self.group = GroupMember(self)
         self._stop = threading.Event()
         self._fenced = threading.Event()  # the lease was taken away: start over, empty
         self._restores_due = threading.Event()  # models moved here wait to be restored
@@ -185,6 +195,7 @@ class WorkerRuntime:
             device=self.settings.device,
             subnet_ids=self.settings.subnet_ids,
             security_group_ids=self.settings.security_group_ids,
+            address=self.settings.address,
         )
         self.worker = reg.worker
         self.fence = fleet.Fence(reg.worker.pk, reg.generation)
@@ -200,6 +211,7 @@ class WorkerRuntime:
             self.name,
             self.fence.generation,
         )
+        self.group.teardown()
         for adapter in list(self.host.pool.ids()):
             self.host.remove_adapter(adapter)
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
@@ -251,6 +263,7 @@ class WorkerRuntime:
             return
         self._renewed_at = started  # renewed as of the moment it was asked
         failover.workers_declare_dead(by=f"worker {self.name}")
+        self.group.check()  # join, leave or keep alive its replica group
         if self._unrecorded and self._drain_lock.acquire(blocking=False):
             try:  # the database answers again: what it could not record runs again
                 self._requeue_unrecorded()
@@ -360,9 +373,11 @@ class WorkerRuntime:
         try:
             with self._op_threads(op.kind, op.payload):
                 result = run_training(
-                    self.host, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
+                    self.engine, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
                 )
             outcome = Outcome(result=result)
+        except GroupNotReady as exc:  # it runs once its replica group is (again) ready
+            outcome = Outcome(error=str(exc), retry=True)
         except Exception as exc:
             outcome = classify(exc)
             if outcome.category == "server":
@@ -382,7 +397,7 @@ class WorkerRuntime:
         away) is tried again a few times first, the operation waiting meanwhile."""
         try:
             done = restore_model(
-                self.host,
+                self.engine,
                 model_id,
                 fence=self.fence,
                 worker_name=self.name,
@@ -391,6 +406,8 @@ class WorkerRuntime:
             )
         except recovery.NotHere:
             return Outcome(error=f"model {model_id} is on another worker", retry=True, home=True)
+        except GroupNotReady as exc:
+            return Outcome(error=str(exc), retry=True)
         except DatabaseError:
             raise
         except Exception as exc:
@@ -417,6 +434,42 @@ class WorkerRuntime:
         if done.replayed:  # the next loss of this model need not replay all that again
             self.snapshots.take(model_id, self.fence)
         return None
+
+    # -- replica groups --------------------------------------------------------------------
+    def replicated(self, model_id: str) -> bool:
+        """Whether ``model_id`` trains on a replica group (asked once per model: it never
+        changes)."""
+        replicas = self._replicas.get(model_id)
+        if replicas is None:
+            if len(self._replicas) > 100_000:
+                self._replicas.clear()
+            replicas = self._replicas[model_id] = model_replicas(model_id)
+        return replicas > 1
+
+    def drop_replicated(self) -> None:
+        """The replica group ended: its models' state on this host no longer counts (another
+        rank may have gone mid-operation); they come back from their recovery points."""
+        for model_id in list(self.host.pool.ids()):
+            if self.replicated(model_id):
+                self.snapshots.forget(model_id)
+                self.host.remove_adapter(model_id)
+
+    @contextlib.contextmanager
+    def drain_lock(self, *, blocking: bool = True):
+        """The drain lock, as a context that says whether it was taken."""
+        held = self._drain_lock.acquire(blocking=blocking)
+        try:
+            yield held
+        finally:
+            if held:
+                self._drain_lock.release()
+
+    def poke(self) -> None:
+        """Have the drain look for work now."""
+        if self.wake is not None:
+            self.wake.poke()
+        else:
+            dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
 
     def vault(self, tenant_id) -> Vault:
         """Seals and opens checkpoints with the tenant's keys, as the database holds them now;

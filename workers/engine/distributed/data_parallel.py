@@ -257,12 +257,17 @@ class DataParallel:
         return out
 
     def _run_create_adapter(self, model_id: str, lora: AdapterConfig) -> None:
+        if not self.group.is_coordinator and self.host.has_adapter(model_id):
+            self.host.remove_adapter(model_id)  # a model made again from its start
         _, error = self._attempt(self.host.create_adapter, model_id, lora)
         self._agree(error)
         replicas.broadcast_adapter(self.host, self.group, model_id)
 
     def _run_remove_adapter(self, model_id: str) -> None:
-        _, error = self._attempt(self.host.remove_adapter, model_id)
+        error = None
+        if self.group.is_coordinator or self.host.has_adapter(model_id):
+            # a follower that lacks it (dropped when a group ended) has nothing to remove
+            _, error = self._attempt(self.host.remove_adapter, model_id)
         self._agree(error)
 
     def _run_load_state(

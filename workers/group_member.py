@@ -1,0 +1,214 @@
+"""This worker's part in a replica group (data-parallel training models).
+
+The heartbeat calls ``check()``: it reads the worker's membership (``replica_groups``) and
+joins a group placement named it to, leaves one that ended, and keeps a ready group's followers
+from timing out (``ping``). Joining runs on its own thread, so the heartbeat goes on:
+
+- **rank 0** (the coordinator) opens a TCP store on its address at a free port, announces
+  ``tcp://address:port``, waits for every rank in ``init_process_group``, marks the group ready
+  and attaches it to the engine (``ReplicatedHost``): its drain then runs the group's models'
+  operations through ``DataParallel``;
+- **a follower** waits for the announcement, joins, and runs ``DataParallel.serve()`` until the
+  group ends; it claims nothing itself.
+
+A collective that fails (a rank gone, a timeout) ends the group in the database
+(``failover.group_broken``: its models move and are restored from their recovery points on a new
+group); every member then drops the group's adapters, closes the process group and is free to
+join another. One group per process (torch.distributed's default group).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import torch.distributed as dist
+from django.conf import settings as django_settings
+from django.db import close_old_connections
+
+from controlplane.fleet import replica_groups
+from controlplane.fleet.replica_groups import Membership
+from controlplane.training_sessions.services import failover
+
+from .engine.distributed import DataParallel, RankGroup
+
+if TYPE_CHECKING:
+    from .runtime import WorkerRuntime
+
+log = logging.getLogger("loopwright.worker.group")
+
+
+def group_timeout() -> timedelta:
+    """Bounds every collective, a follower's wait for the next operation included."""
+    return timedelta(seconds=float(os.environ.get("LOOPWRIGHT_GROUP_TIMEOUT_SECONDS", "300")))
+
+
+class GroupMember:
+    def __init__(self, rt: WorkerRuntime) -> None:
+        self.rt = rt
+        self._lock = threading.RLock()
+        self._membership: Membership | None = None  # the group joined or being joined
+        self._thread: threading.Thread | None = None
+        self._group: RankGroup | None = None
+        self._store: dist.TCPStore | None = None
+        self._ending = threading.Event()  # the group ended: a follower's wait stops
+
+    @property
+    def group_id(self) -> int | None:
+        m = self._membership
+        return m.group_id if m is not None else None
+
+    def check(self) -> None:
+        """From the heartbeat: leave a group that ended, join one placement named, ping a led
+        one. Never blocks on the drain: what needs it waits for the next beat."""
+        now = replica_groups.membership(fence=self.rt.fence)
+        joined = self._membership
+        if joined is not None and (now is None or now.group_id != joined.group_id):
+            self._ending.set()
+            if not self._end(joined):
+                return
+            joined = None
+        if joined is None and now is not None:
+            self._start(now)
+        elif joined is not None and joined.rank == 0:
+            self.rt.engine.ping()
+
+    def _end(self, m: Membership) -> bool:
+        """Leave ``m`` after it ended in the database; False: not now (a follower's thread is
+        still in a collective, which fails once rank 0 closes its side; or the drain is busy)."""
+        if m.rank != 0:
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                return False
+            self.teardown(m)
+            return True
+        with self.rt.drain_lock(blocking=False) as held:
+            if not held:
+                return False
+            self.teardown(m)
+            return True
+
+    def _start(self, m: Membership) -> None:
+        with self._lock:
+            self._membership = m
+            self._ending.clear()
+            target = self._lead if m.rank == 0 else self._follow
+            self._thread = threading.Thread(
+                target=self._run, args=(target, m), name="replica-group", daemon=True
+            )
+            self._thread.start()
+
+    def _run(self, target, m: Membership) -> None:
+        try:
+            target(m)
+            if m.rank == 0:
+                return  # led: the group lives on in the engine until it fails or ends
+        except Exception as exc:
+            if not self._ending.is_set():
+                log.warning("replica group %s: %s: %s", m.group_id, type(exc).__name__, exc)
+                self._record_end(m, exc)
+        finally:
+            close_old_connections()
+        self.teardown(m)  # a follower's serve() ended, or joining failed
+
+    # -- rank 0 ----------------------------------------------------------------------------
+    def _lead(self, m: Membership) -> None:
+        rt = self.rt
+        address = rt.settings.address or "127.0.0.1"
+        timeout = group_timeout()
+        self._store = dist.TCPStore(
+            address,
+            0,
+            world_size=m.world_size,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=timeout,
+        )
+        rendezvous = f"tcp://{address}:{self._store.port}"
+        if not replica_groups.group_announce(
+            group_id=m.group_id, fence=rt.fence, rendezvous=rendezvous
+        ):
+            raise RuntimeError("the group ended before it formed")
+        log.info(
+            "replica group %s: waiting for %d ranks at %s", m.group_id, m.world_size, rendezvous
+        )
+        self._group = RankGroup.join(
+            self._store, rank=0, world_size=m.world_size, device=rt.settings.device, timeout=timeout
+        )
+        dp = DataParallel(rt.host, self._group)
+        if not replica_groups.group_ready(group_id=m.group_id, fence=rt.fence):
+            raise RuntimeError("the group ended while it formed")
+        rt.engine.attach(dp, lambda exc: self.broken(m, exc))
+        log.info("replica group %s ready: %d ranks", m.group_id, m.world_size)
+        rt.poke()  # its models' operations waited for this
+
+    # -- followers -------------------------------------------------------------------------
+    def _follow(self, m: Membership) -> None:
+        rt = self.rt
+        deadline = time.monotonic() + 2 * django_settings.WORKER_LEASE_SECONDS
+        while not m.rendezvous:
+            if self._ending.wait(0.2):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("rank 0 did not announce the rendezvous in time")
+            now = replica_groups.membership(fence=rt.fence)
+            if now is None or now.group_id != m.group_id:
+                return
+            m = now
+        url = urlsplit(m.rendezvous)
+        timeout = group_timeout()
+        self._store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=timeout)
+        self._group = RankGroup.join(
+            self._store,
+            rank=m.rank,
+            world_size=m.world_size,
+            device=rt.settings.device,
+            timeout=timeout,
+        )
+        log.info("replica group %s: joined as rank %d of %d", m.group_id, m.rank, m.world_size)
+        DataParallel(rt.host, self._group).serve()  # until rank 0 stops, or the group breaks
+
+    # -- the end ---------------------------------------------------------------------------
+    def broken(self, m: Membership, exc: BaseException) -> None:
+        """Rank 0's operation found the group failed (in the drain, which holds the drain
+        lock): the group ends for everyone (its models move), and this worker leaves it."""
+        self._ending.set()
+        self._record_end(m, exc)
+        self.teardown(m)
+
+    def _record_end(self, m: Membership, exc: BaseException) -> None:
+        try:
+            failover.group_broken(
+                m.group_id,
+                by=f"worker {self.rt.name}",
+                reason=f"a collective failed on {self.rt.name}: {type(exc).__name__}: {exc}"[:500],
+            )
+        except Exception:
+            log.exception("recording the end of replica group %s failed", m.group_id)
+        finally:
+            close_old_connections()
+
+    def teardown(self, m: Membership | None = None) -> None:
+        """Forget the group (``m``, or whichever is joined): the engine runs no more of its
+        models, the process group closes, and the group's adapters are dropped from the host
+        (their state lives on in their recovery points). The caller holds the drain lock, or
+        is a follower's own thread."""
+        with self._lock:
+            if self._membership is None or (m is not None and self._membership != m):
+                return
+            ended, self._membership = self._membership, None
+            self._ending.set()
+        log.warning("left replica group %s", ended.group_id)
+        self.rt.engine.detach()
+        group, self._group, self._store = self._group, None, None
+        if group is not None:
+            try:
+                group.close()
+            except Exception:
+                log.exception("closing the process group of replica group %s", ended.group_id)
+        self.rt.drop_replicated()

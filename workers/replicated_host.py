@@ -1,0 +1,133 @@
+"""The engine as the runtime drives it: ``ModelHost``'s interface, where the calls that change a
+data-parallel model (one with ``replicas`` > 1) go through its replica group's
+``DataParallel`` (every rank takes part) and everything else runs on the host as before.
+
+Reads and local work stay on the coordinator's host: sampling, saving, snapshots
+(``capture``), merged exports, ``has_adapter``. The calls routed through the group are the ones
+that change an adapter's state: create, remove, load, restore, forward, forward_backward,
+optim_step. Packed calls of several models (``*_many``) never carry a data-parallel model:
+the worker's pass runs those one by one.
+
+A data-parallel model's call while this worker has no ready group raises ``GroupNotReady``
+(its operation waits). A call that fails for a reason that is not the request's (a rank gone,
+a collective timed out, the replicas disagree) ends the group (``on_broken``) and raises
+``GroupNotReady`` too: the model is restored from its recovery point on the next group, and
+the operation runs again there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .engine.distributed import DataParallel
+from .engine.errors import CheckpointError, InvalidInput, UnknownAdapter
+from .engine.host import ModelHost
+
+# Errors that are the request's, agreed on by every rank: the group is fine.
+REQUEST_ERRORS = (InvalidInput, UnknownAdapter, CheckpointError)
+
+
+class GroupNotReady(Exception):
+    """This worker has no ready replica group for a data-parallel model: its operation waits."""
+
+
+class ReplicatedHost:
+    def __init__(self, host: ModelHost, replicated: Callable[[str], bool]) -> None:
+        self.host = host
+        self._replicated = replicated
+        self._dp: DataParallel | None = None
+        self._on_broken: Callable[[BaseException], None] | None = None
+        self._calls = threading.RLock()  # one collective round at a time (operations, pings)
+
+    # -- the group -------------------------------------------------------------------------
+    def attach(self, dp: DataParallel, on_broken: Callable[[BaseException], None]) -> None:
+        """This worker now leads a ready group; ``on_broken`` is called when it fails."""
+        with self._calls:
+            self._dp, self._on_broken = dp, on_broken
+
+    def detach(self) -> DataParallel | None:
+        """No group any more (it ended): data-parallel models wait again. Returns the one it
+        had. Waits for the call in flight."""
+        with self._calls:
+            dp, self._dp, self._on_broken = self._dp, None, None
+            return dp
+
+    def ping(self) -> None:
+        """Keep the followers' wait for the next operation within the group's timeout; skipped
+        while an operation runs (it is a round itself)."""
+        if not self._calls.acquire(blocking=False):
+            return
+        try:
+            if self._dp is not None:
+                self._guarded(self._dp.ping)
+        except GroupNotReady:
+            pass
+        finally:
+            self._calls.release()
+
+    def is_replicated(self, model_id: str | None) -> bool:
+        return model_id is not None and self._replicated(model_id)
+
+    # -- ModelHost's interface ---------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.host, name)
+
+    def create_adapter(self, model_id: str, lora) -> None:
+        self._route(model_id, "create_adapter", model_id, lora)
+
+    def remove_adapter(self, model_id: str) -> None:
+        self._route(model_id, "remove_adapter", model_id)
+
+    def forward(self, model_id, fwd):
+        return self._route(model_id, "forward", model_id, fwd)
+
+    def forward_backward(self, model_id, fwd):
+        return self._route(model_id, "forward_backward", model_id, fwd)
+
+    def optim_step(self, model_id, adam):
+        return self._route(model_id, "optim_step", model_id, adam)
+
+    def load_state(self, model_id, directory, *, optimizer: bool):
+        return self._route(model_id, "load_state", model_id, directory, optimizer=optimizer)
+
+    def restore(self, model_id, directory):
+        return self._route(model_id, "restore", model_id, directory)
+
+    def forward_many(self, requests):
+        return self.host.forward_many(self._local(requests))
+
+    def forward_backward_many(self, requests):
+        return self.host.forward_backward_many(self._local(requests))
+
+    def optim_step_many(self, requests):
+        return self.host.optim_step_many(self._local(requests))
+
+    # -- routing ---------------------------------------------------------------------------
+    def _route(self, model_id: str | None, method: str, *args: Any, **kwargs: Any) -> Any:
+        if not self.is_replicated(model_id):
+            return getattr(self.host, method)(*args, **kwargs)
+        with self._calls:
+            if self._dp is None:
+                raise GroupNotReady(f"model {model_id} waits for its replica group to form")
+            return self._guarded(getattr(self._dp, method), *args, **kwargs)
+
+    def _guarded(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a group call (holding ``_calls``); a failure that is not the request's ends the
+        group here and becomes GroupNotReady."""
+        try:
+            return call(*args, **kwargs)
+        except REQUEST_ERRORS:
+            raise
+        except Exception as exc:
+            on_broken, self._dp, self._on_broken = self._on_broken, None, None
+            if on_broken is not None:
+                on_broken(exc)
+            raise GroupNotReady(f"the replica group failed: {type(exc).__name__}: {exc}") from exc
+
+    def _local(self, requests):
+        replicated = [r[0] for r in requests if self.is_replicated(r[0])]
+        if replicated:  # the pass runs these alone; packing one would train one rank only
+            raise RuntimeError(f"data-parallel models in a packed call: {replicated}")
+        return requests
