@@ -74,6 +74,9 @@ class GroupMember:
                 return
             joined = None
         if joined is None and now is not None:
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                return  # still leaving the last one (a join that has not timed out yet)
             self._start(now)
         elif joined is not None and joined.rank == 0:
             self.rt.engine.ping()
