@@ -20,6 +20,9 @@ TRAINING_FIRST = ("sample",)
 """Kinds that run after a pass's training operations (a sample from a model's live weights sees
 that pass's steps, as when the worker ran one operation at a time)."""
 
+MEMORY = 4096
+"""Tenants whose round-robin start the scheduler remembers beyond the current pass's."""
+
 _K = TypeVar("_K", bound=Hashable)
 _T = TypeVar("_T")
 
@@ -87,6 +90,8 @@ class Scheduler:
             owners = _grouped(work, lambda w: w.owner)
             per_tenant[tenant] = round_robin(owners, self._owner.get(tenant))
             self._owner[tenant] = per_tenant[tenant][0].owner
+        if len(self._owner) > MEMORY:  # tenants long gone: keep only this pass's
+            self._owner = {t: o for t, o in self._owner.items() if t in per_tenant}
         ordered = round_robin(per_tenant, self._tenant)
         if ordered:
             self._tenant = ordered[0].tenant

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.scheduling import PACKED_KINDS, Scheduler, Work, round_robin
+from workers.scheduling import MEMORY, PACKED_KINDS, Scheduler, Work, round_robin
 
 
 def work(key: str, tenant: str, owner: str | None = None, kind="forward_backward", tokens=10):
@@ -85,6 +85,17 @@ def test_the_first_place_rotates_from_pass_to_pass() -> None:
     assert firsts == {"a": 10, "b": 10, "c": 10}
     # within a tenant, its models take turns at going first too
     assert seconds == {"a-m0": 5, "a-m1": 5, "b-m0": 5, "b-m1": 5, "c-m0": 5, "c-m1": 5}
+
+
+def test_what_it_remembers_stays_bounded_however_many_tenants_come_and_go() -> None:
+    scheduler = Scheduler(budget=1000)
+    for t in range(MEMORY + 10):  # each pass a new tenant, never seen again
+        scheduler.order([work(f"k{t}", f"t{t}", f"t{t}-m0"), work(f"j{t}", f"t{t}", f"t{t}-m1")])
+    assert len(scheduler._owner) <= MEMORY + 1
+    # a tenant that stays keeps its rotation
+    firsts = {scheduler.order([work("a", "x", "x-m0"), work("b", "x", "x-m1")])[0].owner
+              for _ in range(2)}  # fmt: skip
+    assert firsts == {"x-m0", "x-m1"}
 
 
 def test_round_robin_starts_after_the_last_start_even_when_it_is_gone() -> None:
