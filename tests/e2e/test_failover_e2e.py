@@ -23,14 +23,13 @@ import torch
 from safetensors.torch import load_file
 
 from loopwright import ServiceClient
-from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 
 from .chaos import Killer, PrivatePostgres, PrivateRedis, database, holder, wait_registered
+from .seeded_loop import STEPS, download_final, train_step
 from .stack import TINY, Stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STEPS = 8
 WORKERS = ("fa", "fb")
 ENV = {
     "LOOPWRIGHT_WORKER_LEASE_SECONDS": "3",  # noticed in 3-4 s instead of 10-12
@@ -76,20 +75,6 @@ def reference(stack, tmp_path_factory):
     return run_loop(stack, tmp_path_factory.mktemp("reference"))
 
 
-def batch(step: int) -> list[Datum]:
-    """16 datums of 96 tokens."""
-    data = []
-    for row in range(16):
-        tokens = [(step * 31 + row * 17 + i * 7) % 250 for i in range(97)]
-        data.append(
-            Datum(
-                model_input=ModelInput.from_ints(tokens[:-1]),
-                loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * 96},
-            )
-        )
-    return data
-
-
 @dataclass
 class Run:
     session_id: str
@@ -114,27 +99,20 @@ def run_loop(stack: Stack, folder: Path, fault=None) -> Run:
         tc = svc.create_lora_training_client(TINY, rank=8, seed=11)
         at = fault(tc.model_id) if fault else (lambda *a, **k: None)
         for step in range(STEPS):
-            at("forward_backward", step, kind="forward_backward")  # armed before it is sent
-            fb = tc.forward_backward(batch(step), "cross_entropy")
-            fb.result()
-            at("between", step)
-            tc.optim_step(AdamParams(learning_rate=5e-3)).result()
-            if step % 4 == 3:
-                at("save", step, kind="save_weights")
-                tc.save_state(f"s{step}").result()
-                sampler = tc.save_weights_and_get_sampling_client(f"w{step}")
-                prompt = ModelInput.from_ints([1, 2, 3, 4])
-                params = SamplingParams(max_tokens=64, seed=step, stop=[])
-                at("sample", step, kind="sample", sampler=sampler.sampling_session_id)
-                out = sampler.sample(prompt, num_samples=4, sampling_params=params)
-                samples.append([s.tokens for s in out.result().sequences])
-        final = tc.save_state("final").result().path
-        folder = svc.download_model_package(final, folder, include_optimizer=True)
+            _, sampled = train_step(tc, step, at)
+            if sampled is not None:
+                samples.append(sampled)
+        folder = download_final(svc, tc, folder)
         session_id = tc.session_id
         tc.stop()
+    return Run(session_id, tc.model_id, samples, state_of(folder), usage(stack, session_id))
+
+
+def state_of(folder: Path) -> dict[str, torch.Tensor]:
+    """A downloaded package's adapter (``a/…``) and AdamW state (``o/…``)."""
     state = {f"a/{k}": v for k, v in load_file(folder / "adapter_model.safetensors").items()}
     state |= {f"o/{k}": v for k, v in load_file(folder / "optimizer.safetensors").items()}
-    return Run(session_id, tc.model_id, samples, state, usage(stack, session_id))
+    return state
 
 
 def usage(stack: Stack, session_id: str) -> dict[str, int]:
