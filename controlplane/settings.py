@@ -219,6 +219,8 @@ MAX_CONCURRENT_SESSIONS = env.int("LOOPWRIGHT_MAX_CONCURRENT_SESSIONS", default=
 REQUESTS_PER_MINUTE = env.int("LOOPWRIGHT_REQUESTS_PER_MINUTE", default=6000)
 # Tokens per calendar month (UTC) per tenant; unset: unlimited.
 MONTHLY_TOKEN_BUDGET = env.int("LOOPWRIGHT_MONTHLY_TOKEN_BUDGET", default=None)
+# The most data-parallel replicas (workers) one training model may ask for.
+MAX_REPLICAS = env.int("LOOPWRIGHT_MAX_REPLICAS", default=8)
 RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or (
     BROKER_URL if BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )

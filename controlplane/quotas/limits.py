@@ -21,6 +21,7 @@ class Limits:
     concurrent_sessions: int
     requests_per_minute: int
     monthly_token_budget: int | None  # tokens per calendar month (UTC); None: unlimited
+    max_replicas: int  # data-parallel replicas one training model may ask for
 
 
 def limits_for(tenant: Tenant) -> Limits:
@@ -39,8 +40,10 @@ def _limits_read(tenant: Tenant) -> Limits:
     sessions = row.concurrent_sessions if row else None
     rate = row.requests_per_minute if row else None
     budget = row.monthly_token_budget if row else None
+    replicas = row.max_replicas if row else None
     return Limits(
         concurrent_sessions=settings.MAX_CONCURRENT_SESSIONS if sessions is None else sessions,
         requests_per_minute=settings.REQUESTS_PER_MINUTE if rate is None else rate,
         monthly_token_budget=settings.MONTHLY_TOKEN_BUDGET if budget is None else budget,
+        max_replicas=settings.MAX_REPLICAS if replicas is None else replicas,
     )

@@ -7,6 +7,7 @@ import enum
 
 from controlplane.errors import DomainError
 from controlplane.tenants.models import Tenant
+from loopwright.types.limits import MAX_REPLICAS
 
 from .limits import Limits, limits_for
 from .models import TenantQuota
@@ -27,6 +28,7 @@ def quota_set(
     concurrent_sessions: int | Keep | None = KEEP,
     requests_per_minute: int | Keep | None = KEEP,
     monthly_token_budget: int | Keep | None = KEEP,
+    max_replicas: int | Keep | None = KEEP,
 ) -> Limits:
     """Override a tenant's limits (None goes back to the default); the effective limits."""
     changes = {}
@@ -44,6 +46,13 @@ def quota_set(
                 "monthly token budget must be 0 or more", field="monthly_token_budget"
             )
         changes["monthly_token_budget"] = monthly_token_budget
+    if max_replicas is not KEEP:
+        if max_replicas is not None and not 1 <= max_replicas <= MAX_REPLICAS:
+            raise DomainError(
+                f"max replicas must be from 1 to {MAX_REPLICAS} (the most a request may ask for)",
+                field="max_replicas",
+            )
+        changes["max_replicas"] = max_replicas
     if changes:
         TenantQuota.objects.update_or_create(tenant=tenant, defaults=changes)
     return limits_for(tenant)

@@ -92,6 +92,7 @@ def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, char
         "concurrent_sessions\t1",
         "requests_per_minute\t100",
         "monthly_token_budget\tunlimited",
+        "max_replicas\t8",
     ]
     open_session(alice)
     assert_session_quota(create(alice), limit=1, live=1)
@@ -103,6 +104,7 @@ def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, char
         "concurrent_sessions\t10",
         "requests_per_minute\t100",  # untouched
         "monthly_token_budget\tunlimited",
+        "max_replicas\t8",
     ]
     assert create(alice).status_code == 200
     assert set_quota(alice).splitlines()[0] == "concurrent_sessions\t10"  # shows, changes nothing
@@ -113,11 +115,22 @@ def test_set_quota_refuses_bad_values(alice) -> None:
         (("--requests-per-minute", "0"), "requests per minute must be 1 or more"),
         (("--concurrent-sessions", "-1"), "concurrent sessions must be 0 or more"),
         (("--concurrent-sessions", "many"), "'many' is not a number or 'default'"),
+        (("--max-replicas", "0"), "max replicas must be from 1 to 1024"),
+        (("--max-replicas", "1025"), "max replicas must be from 1 to 1024"),
     ]:
         with pytest.raises(CommandError, match=message):
             set_quota(alice, *args)
     with pytest.raises(CommandError, match="no account 000000000000"):
         call_command("set_quota", "--account", "000000000000", stdout=StringIO())
+
+
+def test_set_quota_overrides_max_replicas_for_one_tenant(alice, charlie, settings) -> None:
+    settings.MAX_REPLICAS = 4
+    assert set_quota(alice, "--max-replicas", "2").splitlines()[3] == "max_replicas\t2"
+    assert set_quota(charlie).splitlines()[3] == "max_replicas\t4"  # the setting
+    event = AuditEvent.objects.filter(action="quotas:SetQuota").get()
+    assert event.tenant_id == alice.tenant.pk and "max_replicas=2" in event.reason
+    assert set_quota(alice, "--max-replicas", "default").splitlines()[3] == "max_replicas\t4"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -22,6 +22,7 @@ __all__ = [
     "MAX_DATUMS",
     "MAX_METADATA_BYTES",
     "MAX_METADATA_DEPTH",
+    "MAX_REPLICAS",
     "MAX_TAGS",
     "MAX_TTL_SECONDS",
     "Arn",
@@ -33,6 +34,7 @@ __all__ = [
     "Int64",
     "Metadata",
     "NonNegativeInt32",
+    "Replicas",
     "Seed",
     "SeqId",
     "ShortText",
@@ -50,6 +52,7 @@ MAX_TAGS = 64
 MAX_METADATA_BYTES = 16 * 1024
 MAX_METADATA_DEPTH = 8
 MAX_TTL_SECONDS = 10 * 365 * 24 * 3600  # ten years
+MAX_REPLICAS = 1024  # data-parallel workers of one training model (the server's quota is lower)
 
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 """Any integer that fits in 64 bits."""
@@ -69,6 +72,10 @@ TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 
 Seed = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 """A random seed: any int64."""
+
+Replicas = Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+"""Data-parallel workers of a training model: 1 to 1,024 (the account's quota bounds it
+further, 8 by default)."""
 
 TtlSeconds = Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS)]
 """A lifetime in seconds: 1 s to ten years."""

@@ -1,5 +1,5 @@
 """Show or change one account's quotas (concurrent sessions, requests per minute, monthly token
-budget)."""
+budget, replicas per training model)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
     help = (
         "Override --account's quotas; 'default' goes back to the settings "
         "(LOOPWRIGHT_MAX_CONCURRENT_SESSIONS, LOOPWRIGHT_REQUESTS_PER_MINUTE, "
-        "LOOPWRIGHT_MONTHLY_TOKEN_BUDGET). "
+        "LOOPWRIGHT_MONTHLY_TOKEN_BUDGET, LOOPWRIGHT_MAX_REPLICAS). "
         "Prints the effective limits."
     )
 
@@ -42,12 +42,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--monthly-token-budget", type=_limit, metavar="N|default", default=SUPPRESS
         )
+        parser.add_argument("--max-replicas", type=_limit, metavar="N|default", default=SUPPRESS)
 
     def handle(self, *args, **opts) -> None:
         tenant = Tenant.objects.filter(account_id=opts["account"]).first()
         if tenant is None:
             raise CommandError(f"no account {opts['account']}")
-        names = ("concurrent_sessions", "requests_per_minute", "monthly_token_budget")
+        names = (
+            "concurrent_sessions",
+            "requests_per_minute",
+            "monthly_token_budget",
+            "max_replicas",
+        )
         changes = {k: opts[k] for k in names if k in opts}
         try:
             limits = quota_set(tenant=tenant, **changes)
@@ -65,3 +71,4 @@ class Command(BaseCommand):
         self.stdout.write(f"requests_per_minute\t{limits.requests_per_minute}")
         budget = limits.monthly_token_budget
         self.stdout.write(f"monthly_token_budget\t{'unlimited' if budget is None else budget}")
+        self.stdout.write(f"max_replicas\t{limits.max_replicas}")
