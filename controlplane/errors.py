@@ -76,6 +76,14 @@ class QuotaExceeded(DomainError):
     code = "quota_exceeded"
 
 
+class RequestOverQuota(QuotaExceeded):
+    """A request asks for more than a per-request quota allows (a model's ``replicas`` above
+    ``max_replicas``): the same code, but a 400, since sending it again never passes (a 429 is
+    retried by the SDKs for minutes)."""
+
+    status = 400
+
+
 class BudgetExhausted(DomainError):
     """A tenant's tokens this month reached its budget; the detail names the budget, the usage
     and when it resets."""

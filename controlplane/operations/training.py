@@ -46,6 +46,7 @@ from .admission import (
     require_open,
     require_ready,
 )
+from .replicas import replicas_checked
 from .sampling import sampler_seq_free
 
 DEFAULT_ALPHA = 32.0
@@ -71,10 +72,12 @@ def model_create(
     user_metadata=None,
     model_id: str | None = None,
     load: tuple[dict, Callable[[TrainingModel], dict]] | None = None,
+    replicas: int = 1,
 ) -> Operation:
     """Create a model (``model_id``, or a fresh id) as operation 0 of its session's
-    ``model_seq_id``. ``load``: the request and plan of a checkpoint to load into it in the
-    same operation (a model made by ``load_weights``), before any ``seq_id`` is taken."""
+    ``model_seq_id``, to train on ``replicas`` workers (data parallel; ``replicas_checked``).
+    ``load``: the request and plan of a checkpoint to load into it in the same operation (a
+    model made by ``load_weights``), before any ``seq_id`` is taken."""
     session = session_get(tenant=tenant, session_id=session_id)
     require_open(session)
     payload = {
@@ -82,6 +85,7 @@ def model_create(
         "lora": lora,
         "model_seq_id": model_seq_id,
         "user_metadata": user_metadata,
+        "replicas": replicas,
         **({"load": load[0]} if load else {}),
     }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
@@ -95,6 +99,7 @@ def model_create(
         return existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
     lora_checked(lora)
     base_model_require(base_model)
+    replicas = replicas_checked(tenant=tenant, base_model=base_model, replicas=replicas)
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     if lora.get("seed") is None:
         # chosen now and kept: a worker that rebuilds the model from its start (a failover
@@ -107,6 +112,7 @@ def model_create(
         model_seq_id=model_seq_id,
         base_model=base_model,
         lora=lora,
+        replicas=replicas,
         user_metadata=user_metadata,
         worker=None,
         placement=TrainingModel.Placement.WAITING_FOR_WORKER,
@@ -122,7 +128,12 @@ def model_create(
         kind=Operation.Kind.CREATE_MODEL,
         payload=payload,
         payload_digest=digest(payload),
-        plan={"adapter": model.id, "lora": lora, **(load[1](model) if load else {})},
+        plan={
+            "adapter": model.id,
+            "lora": lora,
+            "replicas": replicas,
+            **(load[1](model) if load else {}),
+        },
     )
     placement.model_place_new(model)  # or it waits, and its operations queue up
     return op

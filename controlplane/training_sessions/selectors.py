@@ -7,6 +7,7 @@ from typing import Protocol
 
 from django.db.models import Max
 
+from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.tenants.models import Tenant
 
 from .errors import NotFound
@@ -87,6 +88,16 @@ def model_next_free_seq(model: TrainingModel) -> int:
     continues); at least the one it runs next."""
     highest = model.operations.aggregate(highest=Max("seq_id"))["highest"]
     return max(model.next_seq, (highest if highest is not None else -1) + 1)
+
+
+def model_replica_group(model: TrainingModel) -> tuple[ReplicaGroup, list[Worker]] | None:
+    """The group of workers a data-parallel model (``replicas`` > 1) trains on, through its
+    worker (the group's coordinator), with the group's members by rank; None for a model on
+    one worker, or one that waits for its workers."""
+    if model.replicas <= 1 or model.worker_id is None or model.worker.group_id is None:
+        return None
+    group = ReplicaGroup.objects.get(pk=model.worker.group_id)
+    return group, list(group.members.order_by("rank", "name"))
 
 
 def session_next_free_sampler_seq(session: Session) -> int:

@@ -194,6 +194,8 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
             "placement": "waiting_for_network",
             "status_reason": reason,
             "worker": None,
+            "replicas": 1,
+            "group": None,
         }
     ]
     # operations queue up (out of order, with a retry); nothing runs anywhere

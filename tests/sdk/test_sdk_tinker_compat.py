@@ -112,6 +112,8 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "session_id"),
     ("GetInfoResponse", "next_seq_id"),
     ("GetInfoResponse", "next_sampling_session_seq_id"),
+    ("GetInfoResponse", "replicas"),
+    ("CreateModelRequest", "replicas"),
     # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
     ("CreateModelRequest", "optimizer_config"),
     *(

@@ -37,11 +37,23 @@ from .registry import GzipOrJSON
 
 
 def placement_json(m: TrainingModel) -> dict:
-    """Where the model runs, or (``placement`` waiting_for_*) why it waits for a worker."""
+    """Where the model runs, or (``placement`` waiting_for_*) why it waits for a worker; how
+    many workers it trains on, and the group they form once it has one."""
+    found = selectors.model_replica_group(m)
+    group = None
+    if found is not None:
+        g, members = found
+        group = {
+            "id": g.pk,
+            "state": g.state,
+            "members": [{"name": w.name, "rank": w.rank} for w in members],
+        }
     return {
         "placement": m.placement,
         "status_reason": m.status_reason,
         "worker": m.worker.name if m.worker_id else None,
+        "replicas": m.replicas,
+        "group": group,
     }
 
 
@@ -50,11 +62,16 @@ def create_model(request: Request) -> Response:
     req = parse(request, CreateModelRequest)
     lora = req.lora_config.model_dump(mode="json") if req.lora_config else {"rank": 32}
     lora.pop("type", None)
+    replicas = req.replicas or 1  # not sent (tinker's SDKs): one worker
     allow(
         request,
         "sessions:CreateModel",
         model_arn(tenant_of(request), "*"),
-        **{"sessions:BaseModel": req.base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+        **{
+            "sessions:BaseModel": req.base_model,
+            "sessions:LoraRank": int(lora.get("rank", 32)),
+            "sessions:Replicas": replicas,
+        },
     )
     op = training.model_create(
         tenant=tenant_of(request),
@@ -63,6 +80,7 @@ def create_model(request: Request) -> Response:
         base_model=req.base_model,
         lora=lora,
         user_metadata=req.user_metadata,
+        replicas=replicas,
     )
     return future(request, op, op.model_id)
 

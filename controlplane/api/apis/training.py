@@ -174,7 +174,11 @@ def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
-        **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+        **{
+            "sessions:BaseModel": base_model,
+            "sessions:LoraRank": int(lora.get("rank", 32)),
+            "sessions:Replicas": 1,  # a loaded model trains on one worker
+        },
     )
     op = weights.load_new_model(tenant=tenant, req=req, base_model=base_model, lora=lora)
     return future(request, op, op.model_id)

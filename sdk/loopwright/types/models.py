@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import RequestModel, ResponseModel
-from .limits import BaseModelName, Counter, Id, Metadata
+from .limits import BaseModelName, Counter, Id, Metadata, Replicas
 from .lora import LoraConfig
 from .optim import AdamOptimizerConfig
 
@@ -41,6 +41,11 @@ class CreateModelRequest(RequestModel):
     optimizer_config: AdamOptimizerConfig | None = None
     """Optimizer family, fixed for the model's lifetime; None means AdamW, the one supported
     (tinker's Dimuon is refused)."""
+
+    replicas: Replicas | None = None
+    """Data-parallel workers the model trains on, each holding the whole base and the adapter;
+    None means 1 (Loopwright extension). At most the account's ``max_replicas`` quota and the
+    number of live workers that serve the base model."""
 
     type: Literal["create_model"] = "create_model"
     """Request kind tag."""
@@ -110,6 +115,9 @@ class GetInfoResponse(ResponseModel):
     next_sampling_session_seq_id: int | None = None
     """The sampling_session_seq_id after the highest one used in the model's session so far
     (Loopwright): where the samplers of a client that attaches to the model continue."""
+
+    replicas: int | None = None
+    """Data-parallel workers the model trains on (Loopwright); 1: one worker."""
 
 
 class UnloadModelRequest(RequestModel):
