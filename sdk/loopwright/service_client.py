@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from pydantic import ConfigDict, TypeAdapter
 
 from ._download import download_model_package
 from ._http import HTTPClient, RawBody, RetryPolicy
@@ -43,10 +44,12 @@ from .types import (
     VpcConfig,
     WeightsInfoResponse,
 )
+from .types.limits import Replicas
 
 __all__ = ["ServiceClient"]
 
 logger = logging.getLogger("loopwright")
+_REPLICAS = TypeAdapter(Replicas, config=ConfigDict(title="replicas"))
 
 
 def _sdk_version() -> str:
@@ -197,11 +200,15 @@ class ServiceClient:
         kms_key_arn: str | None = None,
         vpc_config: VpcConfig | dict[str, Any] | None = None,
         user_metadata: dict[str, Any] | None = None,
+        replicas: int | None = None,
     ) -> TrainingClient:
         """Open a session and create a fresh LoRA adapter on ``base_model`` in it.
 
         ``alpha`` defaults to the server's 32; the platform settings given here override the
-        client's for this session only. Blocks until the model exists.
+        client's for this session only. ``replicas``: the workers the model trains on, data
+        parallel (None: the server's 1; at most the account's ``max_replicas`` quota and the
+        live workers of the base model, else a ``BadRequestError`` naming ``replicas``).
+        Blocks until the model exists.
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
@@ -213,6 +220,8 @@ class ServiceClient:
             train_attn=train_attn,
             train_unembed=train_unembed,
         )
+        if replicas is not None:  # checked before a session is opened, as the adapter is
+            replicas = _REPLICAS.validate_python(replicas)
         session = self._open_session(
             training_session_name,
             role_arn=role_arn,
@@ -227,6 +236,7 @@ class ServiceClient:
             base_model=base_model,
             user_metadata=user_metadata,
             lora_config=lora,
+            replicas=replicas,
         )
         try:
             created = self._runtime.operation(

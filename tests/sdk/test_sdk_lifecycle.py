@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -92,6 +93,39 @@ def test_a_failed_model_creation_stops_its_session(server: FakeServer) -> None:
         pytest.raises(loopwright.RequestFailedError, match="no capacity"),
     ):
         service.create_lora_training_client(BASE_MODEL)
+    assert [s["state"] for s in server.sessions.values()] == ["stopped"]
+
+
+def test_replicas_are_sent_only_when_asked_for(server: FakeServer) -> None:
+    with client_for(server) as service:
+        service.create_lora_training_client(BASE_MODEL, replicas=2)
+        service.create_lora_training_client(BASE_MODEL)  # the server's default, 1
+        asyncio.run(service.create_lora_training_client_async(BASE_MODEL, replicas=3))
+    sent = server.calls("create_model")
+    assert [body.get("replicas") for body in sent] == [2, None, 3]
+    assert "replicas" not in sent[1]  # a server that predates the field still takes the body
+
+
+@pytest.mark.parametrize("replicas", [0, -1, "two", 1.5])
+def test_bad_replicas_are_refused_before_a_session_opens(server: FakeServer, replicas) -> None:
+    with client_for(server) as service, pytest.raises(ValueError, match="replicas"):
+        service.create_lora_training_client(BASE_MODEL, replicas=replicas)
+    assert server.log == []
+
+
+def test_a_refused_replicas_raises_the_servers_error_and_stops_the_session(
+    server: FakeServer,
+) -> None:
+    detail = "replicas: 16 is above the limit of account 123456789012, 8 replicas per model"
+    body = {"detail": detail, "code": "quota_exceeded", "field": "replicas"}
+    server.fail_http("create_model", 400, body=body)
+    with (
+        client_for(server) as service,
+        pytest.raises(loopwright.BadRequestError, match="8 replicas per model") as refused,
+    ):
+        service.create_lora_training_client(BASE_MODEL, replicas=16)
+    assert refused.value.status_code == 400 and "(replicas)" in str(refused.value)
+    assert len(server.calls("create_model")) == 1  # a 400 is not retried
     assert [s["state"] for s in server.sessions.values()] == ["stopped"]
 
 
