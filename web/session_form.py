@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from controlplane.audit.outcomes import note_failure
 from controlplane.edge.errors import field_path
 from controlplane.errors import DomainError
+from controlplane.operations.replicas import replicas_number
 from controlplane.training_sessions.services.lora import MAX_LORA_RANK, lora_checked
 from loopwright.types import CreateSessionRequest, LoraConfig
 
@@ -86,6 +87,16 @@ class SessionForm(forms.Form):
         help_text="Greater than 0; the update is scaled by alpha / rank. Empty means 32.",
         widget=forms.NumberInput(attrs={"min": 0, "step": "any", "inputmode": "decimal"}),
     )
+    replicas = forms.CharField(
+        label="Replicas",
+        required=False,
+        initial="1",
+        help_text=(
+            "Workers the model trains on at once, data parallel; at most your account's limit "
+            "and the workers serving the base model. Empty means 1."
+        ),
+        widget=forms.NumberInput(attrs={"min": 1, "step": 1, "inputmode": "numeric"}),
+    )
     role_arn = forms.CharField(
         label="Role ARN",
         required=False,
@@ -130,9 +141,9 @@ class SessionForm(forms.Form):
             (k.arn, f"{k.alias or k.id} ({k.state})") for k in kms_keys
         ]
 
-    def wire(self) -> tuple[CreateSessionRequest, LoraConfig, str]:
+    def wire(self) -> tuple[CreateSessionRequest, LoraConfig, str, int]:
         """The API's request types built from the form (a DomainError naming the field if they
-        refuse it), and the base model."""
+        refuse it), the base model and the replicas."""
         data = self.cleaned_data
         vpc = None
         if data["subnets"] or data["security_group_ids"]:
@@ -160,7 +171,17 @@ class SessionForm(forms.Form):
             config = LoraConfig.model_validate(lora)
         except ValidationError as exc:
             raise wire_error(exc, "lora_config.") from None
-        return request, config, data["base_model"]
+        replicas = replicas_number(_whole(data["replicas"].strip() or "1"))
+        return request, config, data["base_model"], replicas
+
+
+def _whole(typed: str) -> int | str:
+    """What was typed as a whole number where it reads as one (else as typed, for the service
+    to say what is wrong)."""
+    try:
+        return int(typed)
+    except ValueError:
+        return typed
 
 
 def _numbers(lora: dict) -> dict:

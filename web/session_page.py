@@ -13,7 +13,7 @@ from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
 from controlplane.training_sessions.models import Session, TrainingModel
-from controlplane.training_sessions.selectors import failure_reasons
+from controlplane.training_sessions.selectors import failure_reasons, model_replica_group
 
 from . import session_ops
 from . import session_reads as reads
@@ -83,9 +83,19 @@ def models_view(models: list[TrainingModel]) -> list[dict]:
             "model": m,
             "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
             "lora": lora_view(m.lora),
+            "group": group_view(m),
         }
         for m in models
     ]
+
+
+def group_view(model: TrainingModel) -> dict | None:
+    """The group of workers a data-parallel model trains on: its state and members by rank."""
+    found = model_replica_group(model)
+    if found is None:
+        return None
+    group, members = found
+    return {"state": group.state, "members": [(w.name, w.rank) for w in members]}
 
 
 def summary(request: HttpRequest, session: Session, models: list[TrainingModel]) -> dict:

@@ -17,15 +17,21 @@ class TooFewWorkers(DomainError):
     code = "not_enough_workers"
 
 
+def replicas_number(value: object) -> int:
+    """``value`` if it is a whole number from 1, else a 400 naming the field ``replicas``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DomainError(
+            f"replicas: must be a whole number, 1 or more; got {shown(value)}", field="replicas"
+        )
+    return value
+
+
 def replicas_checked(*, tenant: Tenant, base_model: str, replicas: object) -> int:
     """``replicas`` if a new model on ``base_model`` may ask for it; else a 400 naming the field
     ``replicas``: not a whole number from 1, above the tenant's ``max_replicas`` quota (counted
     as a quota refusal), or above the live workers that serve the base model (only counted when
     it asks for more than one: a single replica waits for a worker as before)."""
-    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-        raise DomainError(
-            f"replicas: must be a whole number, 1 or more; got {shown(replicas)}", field="replicas"
-        )
+    replicas = replicas_number(replicas)
     limit = limits_for(tenant).max_replicas
     if replicas > limit:
         QUOTA_REFUSALS.labels("max_replicas").inc()

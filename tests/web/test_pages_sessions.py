@@ -119,6 +119,12 @@ def test_creating_a_session_makes_its_model_like_the_api(alice, worker):
         ({"s3_output_path": "s3://elsewhere/x"}, "s3_output_path", "not inside a storage location"),
         ({"kms_key_arn": "alias/nope"}, "kms_key_arn", "not found"),
         ({"base_model": "nobody/serves-this"}, "base_model", "is not served here"),
+        ({"replicas": "two"}, "replicas", "must be a whole number, 1 or more"),
+        ({"replicas": "1.5"}, "replicas", "must be a whole number, 1 or more"),
+        ({"replicas": "0"}, "replicas", "must be a whole number, 1 or more; got 0"),
+        ({"replicas": "-1"}, "replicas", "must be a whole number, 1 or more; got -1"),
+        ({"replicas": "9"}, "replicas", "8 replicas per training model"),
+        ({"replicas": "2"}, "replicas", f"1 live worker serves {BASE_MODEL}"),
     ],
 )
 def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change, field, message):
@@ -130,6 +136,39 @@ def test_new_session_errors_are_shown_next_to_their_field(alice, worker, change,
     error = html[html.find(f'id="id_{field}_error"') :][:400]
     assert "lora_config" not in error and "vpc_config" not in error  # the label names the field
     assert not Session.objects.filter(tenant=alice.tenant).exists()  # nothing half-made
+
+
+def test_the_form_asks_for_replicas_and_the_model_keeps_them(alice, charlie, worker):
+    html = alice.get("/sessions/new").content.decode()
+    assert '<label for="id_replicas">Replicas</label>' in html
+    assert 'name="replicas" value="1"' in html and 'min="1"' in html
+    serve_also("gpu1")  # a second worker of the base model
+    page = alice.post("/sessions/new", form(alice, replicas="2"))
+    assert page.status_code == 302, page.content.decode()[:2000]
+    model = Session.objects.get(tenant=alice.tenant, name="web run").models.get()
+    assert model.replicas == 2
+    assert model.operations.get().plan["replicas"] == 2
+    empty = alice.post("/sessions/new", form(alice, name="one", replicas=""))
+    assert empty.status_code == 302  # empty means 1
+    assert Session.objects.get(tenant=alice.tenant, name="one").models.get().replicas == 1
+    assert charlie.get(page.headers["Location"]).status_code == 404
+
+
+def serve_also(name: str):
+    from controlplane.fleet.services import worker_register
+
+    return worker_register(
+        name=name,
+        queue=f"gpu.{name}",
+        base_model=BASE_MODEL,
+        description="a test model",
+        context_length=2048,
+        chat_template=None,
+        tokenizer_files={},
+        tokenizer_path="",
+        capacity=8,
+        device="cuda",
+    ).worker
 
 
 @pytest.mark.parametrize(
@@ -520,6 +559,32 @@ def test_checkpoints_link_to_their_registry_versions(alice, worker):
     html = alice.get(f"/sessions/{session.id}").content.decode()
     assert "create_training_client_from_state_with_optimizer" in html
     assert f"&quot;{ckpt.tinker_path}&quot;" in html
+
+
+def test_session_page_shows_replicas_and_the_group_they_run_on(alice, charlie, worker):
+    from controlplane.fleet.models import ReplicaGroup
+
+    session, _ = new_session(alice, "wide")
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Replicas</dt><dd>1</dd>" in html and "Worker group" not in html
+    serve_also("gpu1")
+    op = training.model_create(
+        tenant=alice.tenant,
+        session_id=session.id,
+        model_seq_id=1,
+        base_model=BASE_MODEL,
+        lora={"rank": 8},
+        replicas=2,
+    )
+    model = TrainingModel.objects.select_related("worker__group").get(pk=op.model_id)
+    group = model.worker.group  # placement formed it: gpu0, which has a model, leads
+    ReplicaGroup.objects.filter(pk=group.pk).update(state=ReplicaGroup.State.READY)
+    part = alice.get(f"/sessions/{session.id}?part=summary", headers={"X-Fragment": "1"})
+    html = part.content.decode()
+    assert "Replicas</dt><dd>2</dd>" in html and "Worker group</dt>" in html
+    assert 'class="badge ready"' in html and "gpu0 (rank 0), gpu1 (rank 1)" in html
+    assert html.count("Worker group") == 1  # the single-replica model shows none
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
 def test_charlie_never_sees_or_stops_alices_session(alice, charlie, worker):

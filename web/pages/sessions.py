@@ -110,7 +110,7 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
     """What the API's create_session then create_model do, authorized the same way; the
     session and its model are made together or not at all."""
     tenant = request.tenant
-    req, lora_config, base_model = form.wire()
+    req, lora_config, base_model, replicas = form.wire()
     allow(request, "sessions:CreateTrainingSession", session_arn(tenant, "*"))
     role = session_role(request.principal, req.role_arn, request=request)
     if req.kms_key_arn:
@@ -122,7 +122,11 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
-        **{"sessions:BaseModel": base_model, "sessions:LoraRank": int(lora.get("rank", 32))},
+        **{
+            "sessions:BaseModel": base_model,
+            "sessions:LoraRank": int(lora.get("rank", 32)),
+            "sessions:Replicas": replicas,
+        },
     )
     platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     with transaction.atomic():
@@ -130,7 +134,12 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
             tenant=tenant, name=req.name or "", tags=req.tags, platform=platform
         )
         training.model_create(
-            tenant=tenant, session_id=session.id, model_seq_id=0, base_model=base_model, lora=lora
+            tenant=tenant,
+            session_id=session.id,
+            model_seq_id=0,
+            base_model=base_model,
+            lora=lora,
+            replicas=replicas,
         )
     return session
 
