@@ -85,7 +85,9 @@ def model_create(
         "lora": lora,
         "model_seq_id": model_seq_id,
         "user_metadata": user_metadata,
-        "replicas": replicas,
+        # only when asked for: a request of one replica digests as it always did, so a retry
+        # of one sent before replicas existed is still recognised
+        **({"replicas": replicas} if replicas != 1 else {}),
         **({"load": load[0]} if load else {}),
     }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()

@@ -113,7 +113,7 @@ def test_one_replica_is_what_a_body_without_the_field_asks_for(alice, charlie, r
     mid = create_model(alice, runtime, sid)  # sends no replicas; runs on the worker
     model = TrainingModel.objects.get(pk=mid)
     op = model.operations.get(kind=Operation.Kind.CREATE_MODEL)
-    assert model.replicas == 1 and op.payload["replicas"] == 1 and op.plan["replicas"] == 1
+    assert model.replicas == 1 and "replicas" not in op.payload and op.plan["replicas"] == 1
     assert op.status == Operation.Status.DONE
     info = alice.post("get_info", {"model_id": mid}).json()
     assert (info["replicas"], info["group"]) == (1, None)
@@ -212,6 +212,12 @@ def test_a_retry_must_ask_for_the_same_replicas(alice, charlie) -> None:
     assert other.status_code == 409 and other.json()["code"] == "conflict", other.content
     assert TrainingModel.objects.get(session_id=sid).replicas == 2
     assert charlie.post("create_model", body(sid, replicas=2)).status_code == 404
+    # one replica, said or not, is the request it always was (its digest has no replicas)
+    plain = alice.post("create_model", body(sid, seq=1))
+    said = alice.post("create_model", body(sid, seq=1, replicas=1))
+    assert plain.json()["request_id"] == said.json()["request_id"]
+    op = Operation.objects.get(pk=plain.json()["request_id"])
+    assert "replicas" not in op.payload
 
 
 def test_a_policy_bounds_replicas_with_sessions_replicas(alice, bob, charlie) -> None:
