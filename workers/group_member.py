@@ -48,6 +48,13 @@ def group_timeout() -> timedelta:
     return timedelta(seconds=float(os.environ.get("LOOPWRIGHT_GROUP_TIMEOUT_SECONDS", "300")))
 
 
+def join_timeout() -> timedelta:
+    """Bounds joining (the rendezvous store's waits): a lease. A member that has not joined by
+    then is not coming; every rank gives up well before the group is declared stuck (see
+    ``failover.groups_stuck_forming``), so each is free for the next group."""
+    return timedelta(seconds=max(2.0, django_settings.WORKER_LEASE_SECONDS))
+
+
 class GroupMember:
     def __init__(self, rt: WorkerRuntime) -> None:
         self.rt = rt
@@ -130,7 +137,7 @@ class GroupMember:
             world_size=m.world_size,
             is_master=True,
             wait_for_workers=False,
-            timeout=timeout,
+            timeout=join_timeout(),
         )
         rendezvous = f"tcp://{address}:{self._store.port}"
         if not replica_groups.group_announce(
@@ -141,7 +148,12 @@ class GroupMember:
             "replica group %s: waiting for %d ranks at %s", m.group_id, m.world_size, rendezvous
         )
         self._group = RankGroup.join(
-            self._store, rank=0, world_size=m.world_size, device=rt.settings.device, timeout=timeout
+            self._store,
+            rank=0,
+            world_size=m.world_size,
+            device=rt.settings.device,
+            timeout=timeout,
+            join_timeout=join_timeout(),
         )
         dp = DataParallel(rt.host, self._group)
         if not replica_groups.group_ready(group_id=m.group_id, fence=rt.fence):
@@ -165,13 +177,14 @@ class GroupMember:
             m = now
         url = urlsplit(m.rendezvous)
         timeout = group_timeout()
-        self._store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=timeout)
+        self._store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=join_timeout())
         self._group = RankGroup.join(
             self._store,
             rank=m.rank,
             world_size=m.world_size,
             device=rt.settings.device,
             timeout=timeout,
+            join_timeout=join_timeout(),
         )
         log.info("replica group %s: joined as rank %d of %d", m.group_id, m.rank, m.world_size)
         DataParallel(rt.host, self._group).serve()  # until rank 0 stops, or the group breaks

@@ -169,7 +169,7 @@ def test_a_group_a_member_never_joined_ends(people, settings) -> None:
     dp = model(alice, 2, ran=True)
     group = ReplicaGroup.objects.get()
     ReplicaGroup.objects.filter(pk=group.pk).update(
-        created_at=timezone.now() - timedelta(seconds=3 * settings.WORKER_LEASE_SECONDS)
+        created_at=timezone.now() - timedelta(seconds=5 * settings.WORKER_LEASE_SECONDS)
     )
     failover.workers_declare_dead(by="janitor")
     group.refresh_from_db()
@@ -222,7 +222,7 @@ def test_a_group_no_model_trains_on_ends(people, settings) -> None:
     assert group.state == "forming"  # younger than a lease: a model may be on its way
     ReplicaGroup.objects.filter(pk=group.pk).update(
         state="ready",  # every rank joined
-        created_at=timezone.now() - timedelta(seconds=2 * settings.WORKER_LEASE_SECONDS),
+        created_at=timezone.now() - timedelta(seconds=5 * settings.WORKER_LEASE_SECONDS),
     )
     failover.workers_declare_dead(by="janitor")
     group.refresh_from_db()

@@ -89,9 +89,9 @@ def groups_unused(*, by: str) -> int:
 
 
 def groups_stuck_forming(*, by: str) -> int:
-    """End the groups a member never joined within twice the lease; their models are placed
-    again. Returns how many ended."""
-    stuck = replica_groups.groups_stuck_forming(seconds=2 * settings.WORKER_LEASE_SECONDS)
+    """End the groups a member never joined within four leases (a follower waits up to two for
+    the rendezvous, then one to join); their models are placed again. Returns how many ended."""
+    stuck = replica_groups.groups_stuck_forming(seconds=4 * settings.WORKER_LEASE_SECONDS)
     for group_id in stuck:
         group_broken(group_id, by=by, reason="a member did not join in time")
     return len(stuck)

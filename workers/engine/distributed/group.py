@@ -39,20 +39,30 @@ class RankGroup:
         world_size: int,
         device: str | torch.device = "cpu",
         timeout: timedelta = DEFAULT_TIMEOUT,
+        join_timeout: timedelta | None = None,
     ) -> RankGroup:
         """Block until all ``world_size`` ranks have joined. ``timeout`` bounds every collective,
-        the coordinator's wait for the next request included (see ``DataParallel.ping``)."""
+        the coordinator's wait for the next request included (see ``DataParallel.ping``);
+        ``join_timeout`` (default: ``timeout``) bounds the wait for the other ranks to join."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, {world_size})")
         dev = torch.device(device)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)  # object collectives on NCCL use the current device
         backend = backend_for(dev)
-        common: dict[str, Any] = {"rank": rank, "world_size": world_size, "timeout": timeout}
+        joining = join_timeout or timeout
+        # The default group's name prefixes its keys in the store; torch numbers it by how many
+        # groups this process made before. A process joining its second group (the first one
+        # ended) must use the name a fresh process does, or the ranks never find each other.
+        if not dist.is_initialized():
+            dist.distributed_c10d._world.group_count = 0
+        common: dict[str, Any] = {"rank": rank, "world_size": world_size, "timeout": joining}
         if isinstance(rendezvous, str):
             dist.init_process_group(backend, init_method=rendezvous, **common)
         else:
             dist.init_process_group(backend, store=rendezvous, **common)
+        if joining != timeout:
+            dist.distributed_c10d._set_pg_timeout(timeout)
         return cls(rank, world_size, dev, backend)
 
     @property
