@@ -36,6 +36,7 @@ from controlplane.fleet.replica_groups import Membership
 from controlplane.training_sessions.services import failover
 
 from .engine.distributed import DataParallel, RankGroup
+from .rank_network import use_interface_of
 
 if TYPE_CHECKING:
     from .runtime import WorkerRuntime
@@ -139,6 +140,7 @@ class GroupMember:
             wait_for_workers=False,
             timeout=join_timeout(),
         )
+        use_interface_of(address, rt.settings.device)
         rendezvous = f"tcp://{address}:{self._store.port}"
         if not replica_groups.group_announce(
             group_id=m.group_id, fence=rt.fence, rendezvous=rendezvous
@@ -175,6 +177,7 @@ class GroupMember:
             if now is None or now.group_id != m.group_id:
                 return
             m = now
+        use_interface_of(rt.settings.address or "127.0.0.1", rt.settings.device)
         url = urlsplit(m.rendezvous)
         timeout = group_timeout()
         self._store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=join_timeout())

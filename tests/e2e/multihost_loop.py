@@ -2,7 +2,7 @@
 namespace): the seeded steps of tests/e2e/seeded_loop.py, pausing where the test asks so
 that it can cut a link, then the final state downloaded and the samples and usage written out.
 
-    python -m tests.e2e.multihost_loop URL KEY ROLE OUT [--pause between:2 ...]
+    python -m tests.e2e.multihost_loop URL KEY ROLE OUT [--pause between:2 ...] [--replicas N]
 
 At each pause it prints ``PAUSE <point> <step> <model_id>`` and waits for a line on stdin.
 """
@@ -30,12 +30,13 @@ def main() -> None:
     p.add_argument("role")
     p.add_argument("out", type=Path)
     p.add_argument("--pause", action="append", default=[])
+    p.add_argument("--replicas", type=int, default=None)
     args = p.parse_args()
     pauses = {tuple(x.split(":")) for x in args.pause}
 
     samples = []
     with ServiceClient(base_url=args.url, api_key=args.key, role_arn=args.role) as svc:
-        tc = svc.create_lora_training_client(TINY, rank=8, seed=11)
+        tc = svc.create_lora_training_client(TINY, rank=8, seed=11, replicas=args.replicas)
 
         def at(point: str, step: int, **_) -> None:
             if (point, str(step)) in pauses:
