@@ -64,28 +64,27 @@ def membership(*, fence: Fence) -> Membership | None:
 
 def group_announce(*, group_id: int, fence: Fence, rendezvous: str) -> bool:
     """Rank 0 publishes where the others join; False if it no longer leads a forming group."""
-    return bool(
-        ReplicaGroup.objects.filter(
-            pk=group_id,
-            state=ReplicaGroup.State.FORMING,
-            members__pk=fence.worker_id,
-            members__rank=0,
-            members__generation=fence.generation,
-        ).update(rendezvous=rendezvous)
-    )
+    return bool(_forming_led_by(group_id, fence).update(rendezvous=rendezvous))
 
 
 def group_ready(*, group_id: int, fence: Fence) -> bool:
     """Every rank joined (rank 0 saw them all): operations can run. False if the group ended
     meanwhile, or the fence no longer holds."""
     return bool(
-        ReplicaGroup.objects.filter(
-            pk=group_id,
-            state=ReplicaGroup.State.FORMING,
-            members__pk=fence.worker_id,
-            members__rank=0,
-            members__generation=fence.generation,
-        ).update(state=ReplicaGroup.State.READY, ready_at=timezone.now())
+        _forming_led_by(group_id, fence).update(
+            state=ReplicaGroup.State.READY, ready_at=timezone.now()
+        )
+    )
+
+
+def _forming_led_by(group_id: int, fence: Fence):
+    """The group, while it forms with the fenced worker as its rank 0."""
+    return ReplicaGroup.objects.filter(
+        pk=group_id,
+        state=ReplicaGroup.State.FORMING,
+        members__pk=fence.worker_id,
+        members__rank=0,
+        members__generation=fence.generation,
     )
 
 

@@ -61,6 +61,16 @@ STEP_KINDS = frozenset(STEP_REQUESTS)
 
 
 # -- models ----------------------------------------------------------------------------------
+def create_model_conditions(*, base_model: str, lora: dict, replicas: int = 1) -> dict:
+    """The condition keys a ``sessions:CreateModel`` request is authorized with, whichever way
+    the model is made (create_model, load_weights into a new model, the dashboard)."""
+    return {
+        "sessions:BaseModel": base_model,
+        "sessions:LoraRank": int(lora.get("rank", 32)),
+        "sessions:Replicas": replicas,
+    }
+
+
 @transaction.atomic
 def model_create(
     *,

@@ -122,11 +122,7 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
-        **{
-            "sessions:BaseModel": base_model,
-            "sessions:LoraRank": int(lora.get("rank", 32)),
-            "sessions:Replicas": replicas,
-        },
+        **training.create_model_conditions(base_model=base_model, lora=lora, replicas=replicas),
     )
     platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     with transaction.atomic():

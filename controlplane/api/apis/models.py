@@ -67,11 +67,7 @@ def create_model(request: Request) -> Response:
         request,
         "sessions:CreateModel",
         model_arn(tenant_of(request), "*"),
-        **{
-            "sessions:BaseModel": req.base_model,
-            "sessions:LoraRank": int(lora.get("rank", 32)),
-            "sessions:Replicas": replicas,
-        },
+        **training.create_model_conditions(base_model=req.base_model, lora=lora, replicas=replicas),
     )
     op = training.model_create(
         tenant=tenant_of(request),

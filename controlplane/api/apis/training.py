@@ -174,11 +174,8 @@ def _load_new_model(request: Request, req: LoadWeightsRequest) -> Response:
         request,
         "sessions:CreateModel",
         model_arn(tenant, "*"),
-        **{
-            "sessions:BaseModel": base_model,
-            "sessions:LoraRank": int(lora.get("rank", 32)),
-            "sessions:Replicas": 1,  # a loaded model trains on one worker
-        },
+        # a loaded model trains on one worker
+        **training.create_model_conditions(base_model=base_model, lora=lora),
     )
     op = weights.load_new_model(tenant=tenant, req=req, base_model=base_model, lora=lora)
     return future(request, op, op.model_id)

@@ -10,13 +10,11 @@ wait on the coordinator.
 
 from __future__ import annotations
 
-from django.db.models import Count
-
 from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.fleet.replica_groups import group_form
 from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 
-from ..models import TrainingModel
+from .worker_loads import locked_with_loads
 
 
 def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
@@ -36,14 +34,7 @@ def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
             f"{replicas} replicas: {_n(len(fitting), 'is', 'are')} live",
             cause=cause,
         )
-    locked = list(
-        Worker.objects.select_for_update().filter(pk__in=[w.pk for w in fitting]).order_by("pk")
-    )
-    loads = dict(
-        TrainingModel.objects.filter(worker__in=locked, state__in=TrainingModel.LIVE_STATES)
-        .values_list("worker")
-        .annotate(n=Count("id"))
-    )
+    locked, loads = locked_with_loads(fitting)
     load = lambda w: loads.get(w.pk, 0)  # noqa: E731
     joinable = _existing(locked, base_model, replicas, load)
     if joinable is not None:

@@ -19,6 +19,7 @@ from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
 from .group_placement import group_place
 from .recovery import recovery_discard
+from .worker_loads import locked_with_loads
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +55,7 @@ def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
             f"waiting for {wanted}: {serve} {base_model}, {network.mismatch(serving)}",
             cause=NoWorkerAvailable.NETWORK,
         )
-    # Lock them all in one order (by id), so concurrent placements never wait on each other in
-    # a cycle; then the one with the most room wins.
-    locked = list(
-        Worker.objects.select_for_update().filter(pk__in=[w.pk for w in fitting]).order_by("pk")
-    )
-    loads = dict(
-        TrainingModel.objects.filter(worker__in=locked, state__in=TrainingModel.LIVE_STATES)
-        .values_list("worker")
-        .annotate(n=Count("id"))
-    )
+    locked, loads = locked_with_loads(fitting)  # then the one with the most room wins
     with_room = [w for w in locked if loads.get(w.pk, 0) < w.capacity]
     if with_room:
         return min(with_room, key=lambda w: (loads.get(w.pk, 0), w.name))
