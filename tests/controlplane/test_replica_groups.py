@@ -18,6 +18,7 @@ from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.training_sessions.models import Recovery, TrainingModel
 from controlplane.training_sessions.services import failover, placement
 from controlplane.training_sessions.services.sessions import session_create
+from tests.fleet import registration
 
 from .conftest import TINY
 
@@ -26,18 +27,7 @@ pytestmark = pytest.mark.django_db
 
 def register(name: str, capacity: int = 4) -> fleet.Registration:
     return failover.worker_start(
-        by="test",
-        name=name,
-        queue=f"gpu.{name}",
-        base_model=TINY,
-        description="",
-        context_length=256,
-        chat_template=None,
-        tokenizer_files={},
-        tokenizer_path="",
-        capacity=capacity,
-        device="cpu",
-        address="127.0.0.1",
+        by="test", **registration(name, TINY, capacity=capacity, address="127.0.0.1")
     )
 
 

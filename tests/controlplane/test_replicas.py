@@ -21,6 +21,7 @@ from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Operation, TrainingModel
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import ForwardBackwardInput
+from tests.fleet import registration
 
 from .conftest import member
 from .wire import create_model, datum, open_session
@@ -33,18 +34,7 @@ BASE = "acme/dp-base"  # served by workers with no process behind them: nothing 
 def serve(n: int, base: str = BASE, first: int = 0) -> list[Worker]:
     """``n`` live workers of ``base``."""
     return [
-        worker_register(
-            name=f"{base}-{i}",
-            queue=f"gpu.{i}",
-            base_model=base,
-            description="a test model",
-            context_length=2048,
-            chat_template=None,
-            tokenizer_files={},
-            tokenizer_path="",
-            capacity=4,
-            device="cuda",
-        ).worker
+        worker_register(**registration(f"{base}-{i}", base, capacity=4)).worker
         for i in range(first, first + n)
     ]
 

@@ -9,6 +9,7 @@ from django.test import Client
 
 from controlplane.tenants.models import Membership
 from tests import people as people_
+from tests.fleet import registration
 from tests.people import PASSWORD
 
 __all__ = ["PASSWORD"]  # the tests log in with it
@@ -58,18 +59,7 @@ def worker(db):
     """A live worker serving ``BASE_MODEL`` (no process behind it: operations stay queued)."""
     from controlplane.fleet.services import worker_register
 
-    return worker_register(
-        name="gpu0",
-        queue="gpu.gpu0",
-        base_model=BASE_MODEL,
-        description="a test model",
-        context_length=2048,
-        chat_template=None,
-        tokenizer_files={},
-        tokenizer_path="",
-        capacity=8,
-        device="cuda",
-    ).worker
+    return worker_register(**registration("gpu0", BASE_MODEL)).worker
 
 
 def train_tokens(n: int) -> dict:

@@ -15,6 +15,7 @@ from controlplane.iam.provisioning import account_create
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import invitation_create, membership_add, user_create
 from controlplane.training_sessions.models import Operation, Recovery, Session
+from tests.fleet import registration
 
 from .conftest import BASE_MODEL, PASSWORD, finish, operation, train_tokens
 from .test_browser_pages import seed as seed_resources
@@ -56,18 +57,7 @@ def seed_pages(tmp_path) -> Seeded:
 
 def _seed(tmp_path) -> Seeded:
     key_id = seed_resources(tmp_path)
-    worker_register(
-        name="gpu0",
-        queue="gpu.gpu0",
-        base_model=BASE_MODEL,
-        description="a test model",
-        context_length=2048,
-        chat_template=None,
-        tokenizer_files={},
-        tokenizer_path="",
-        capacity=8,
-        device="cuda",
-    )
+    worker_register(**registration("gpu0", BASE_MODEL))
     owner = Membership.objects.select_related("tenant").get(user__username="alice@example.com")
     tenant = owner.tenant
     from controlplane.iam.resources import role_arn

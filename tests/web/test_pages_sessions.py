@@ -12,6 +12,7 @@ from controlplane.tenants.models import Membership, StorageLocation, Subnet
 from controlplane.tenants.services import membership_add, user_create
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
+from tests.fleet import registration
 from web.session_reads import steps_of
 
 from .conftest import BASE_MODEL, PASSWORD, finish, logged_in, operation, train_tokens
@@ -157,18 +158,7 @@ def test_the_form_asks_for_replicas_and_the_model_keeps_them(alice, charlie, wor
 def serve_also(name: str):
     from controlplane.fleet.services import worker_register
 
-    return worker_register(
-        name=name,
-        queue=f"gpu.{name}",
-        base_model=BASE_MODEL,
-        description="a test model",
-        context_length=2048,
-        chat_template=None,
-        tokenizer_files={},
-        tokenizer_path="",
-        capacity=8,
-        device="cuda",
-    ).worker
+    return worker_register(**registration(name, BASE_MODEL)).worker
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.fleet.services import worker_register
+from tests.fleet import registration
 
 pytestmark = pytest.mark.django_db
 
@@ -12,18 +13,7 @@ pytestmark = pytest.mark.django_db
 def test_status_page_shows_workers_and_base_models(client) -> None:
     empty = client.get("/status")
     assert empty.status_code == 200 and b"No live worker" in empty.content
-    worker_register(
-        name="gpu0",
-        queue="gpu.gpu0",
-        base_model="acme/model",
-        description="a test model",
-        context_length=2048,
-        chat_template=None,
-        tokenizer_files={},
-        tokenizer_path="",
-        capacity=8,
-        device="cuda",
-    )
+    worker_register(**registration("gpu0", "acme/model"))
     page = client.get("/status").content.decode()
     assert "acme/model" in page and "gpu0" in page and "2048" in page and "8 models" in page
 
