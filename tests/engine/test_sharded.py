@@ -72,6 +72,19 @@ def session(host: ModelHost, run, start) -> dict:
     (res,) = run.sample("m", [SampleJob(prompt=PROMPT, max_tokens=10, temperature=0.0)])
     record["greedy"] = res.sequences[0].tokens
     record["weights"] = ranks.adapter_tensors(host, "m")["weights"]
+    # Sampler weights: saved, loaded as another adapter, sampled in one batch with the live
+    # model and the base (prompt logprobs too), tokens heard as drawn.
+    saved = start.parent / f"saved-{'dp' if run is not host else 'host'}"
+    run.save_state("m", saved, optimizer=False)
+    run.load_adapter_from("s", saved)
+    heard: list = []
+    greedy = SampleJob(prompt=PROMPT, max_tokens=6, temperature=0.0)
+    scored = SampleJob(prompt=PROMPT, max_tokens=1, temperature=0.0, prompt_logprobs=True)
+    many = run.sample_many([("m", [greedy]), ("s", [greedy]), (None, [scored])], heard.extend)
+    record["many"] = [r[0].sequences[0].tokens for r in many]
+    record["prompt_logprobs"] = many[2][0].prompt_logprobs
+    record["heard"] = len(heard)
+    record["unknown"] = type(run.sample_many([("nope", [greedy])])[0]).__name__
     return record
 
 
@@ -158,3 +171,19 @@ def test_greedy_sampling_equals_the_unsharded_model(runs) -> None:
     ours, ref, _ = runs
     assert len(ref["greedy"]) == 10
     assert ours["greedy"] == ref["greedy"]
+
+
+def test_sampler_weights_and_batched_sampling_equal_the_unsharded_model(runs) -> None:
+    """Weights saved and loaded as a sampler adapter on every rank, then one batch of the live
+    model, the sampler adapter and the base: the unsharded host's tokens and prompt logprobs."""
+    ours, ref, _ = runs
+    assert ours["many"] == ref["many"]
+    assert ours["many"][0] == ours["many"][1] == ours["greedy"][:6]
+    assert ref["prompt_logprobs"][0] is None
+    ranks.assert_close(
+        torch.tensor(ours["prompt_logprobs"][1:]),
+        torch.tensor(ref["prompt_logprobs"][1:]),
+        "prompt logprobs",
+    )
+    assert ours["heard"] == ref["heard"] > 0
+    assert ours["unknown"] == ref["unknown"] == "UnknownAdapter"

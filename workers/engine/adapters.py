@@ -21,7 +21,7 @@ from typing import cast
 
 import peft
 import torch
-from peft import PeftModel, get_peft_model_state_dict
+from peft import PeftModel
 from transformers import PreTrainedModel
 
 from .errors import InvalidInput, UnknownAdapter
@@ -224,11 +224,11 @@ class AdapterPool:
         return cached
 
     def state_dict(self, model_id: str) -> dict[str, torch.Tensor]:
-        self.load([model_id])
-        # Only the LoRA matrices: never the (frozen) base unembedding, even when lm_head is adapted.
-        return get_peft_model_state_dict(
-            self.model, adapter_name=adapter_name(model_id), save_embedding_layers=False
-        )
+        """The LoRA matrices under peft's saved-key names (never the frozen base unembedding,
+        even when lm_head is adapted). Read from the adapter's own parameters, not through the
+        model's ``state_dict()``: on a base sharded with FSDP that would reshard the base on
+        this rank alone and put it out of step with the other ranks."""
+        return {name: p.detach() for name, p in self.parameters(model_id).items()}
 
     def load_state_dict(self, model_id: str, tensors: dict[str, torch.Tensor]) -> None:
         self.load([model_id])

@@ -34,7 +34,7 @@ from .. import checkpoints
 from ..adapters import AdapterConfig
 from ..errors import CheckpointError, EngineError, InvalidInput, UnknownAdapter
 from ..host import ModelHost
-from ..sampler import SampleJob, SampleResult
+from ..sampler import SampleJob, SampleResult, TokenSink
 from . import lockstep, replicas
 from .group import RankGroup
 from .sharding import is_sharded
@@ -115,10 +115,25 @@ class DataParallel:
         self._require_coordinator()
         if not self.sharded:
             return self.host.sample(model_id, jobs)
-        seeded = [
-            job if job.seed is not None else replace(job, seed=secrets.randbits(63)) for job in jobs
-        ]
-        return self._send("sample", model_id=model_id, jobs=seeded)
+        return self._send("sample", model_id=model_id, jobs=_seeded(jobs))
+
+    def sample_many(
+        self,
+        requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
+        on_tokens: TokenSink | None = None,
+    ) -> list[list[SampleResult] | Exception]:
+        """``ModelHost.sample_many``: on the coordinator alone, or on a sharded base on every
+        rank with every job seeded (tokens are heard on the coordinator only)."""
+        self._require_coordinator()
+        if not self.sharded:
+            return self.host.sample_many(requests, on_tokens)
+        seeded = [(model_id, _seeded(jobs)) for model_id, jobs in requests]
+        return self._send("sample_many", {"on_tokens": on_tokens}, requests=seeded)
+
+    def load_adapter_from(self, model_id: str, directory: Path) -> checkpoints.CheckpointMeta:
+        """An adapter made from saved weights (to sample from): read by the coordinator, then
+        its state broadcast to every rank."""
+        return self._send("load_adapter_from", model_id=model_id, directory=Path(directory))
 
     def save_state(
         self, model_id: str, directory: Path, *, optimizer: bool = True
@@ -295,6 +310,32 @@ class DataParallel:
         self._agree(error)
         return out
 
+    def _run_sample_many(
+        self,
+        requests: list[tuple[str | None, list[SampleJob]]],
+        on_tokens: TokenSink | None = None,
+    ) -> list[list[SampleResult] | Exception]:
+        # Per-request errors are in the results, alike on every rank; a failure of the call
+        # itself (a collective inside the model) fails it everywhere.
+        out, error = self._attempt(self.host.sample_many, requests, on_tokens)
+        if error is None:  # a request's own error is its result; any other fails the call
+            error = next(
+                (r for r in out if isinstance(r, Exception) and not isinstance(r, EngineError)),
+                None,
+            )
+        self._agree(error)
+        return out
+
+    def _run_load_adapter_from(
+        self, model_id: str, directory: Path
+    ) -> checkpoints.CheckpointMeta | None:
+        meta, error = None, None
+        if self.group.is_coordinator:
+            meta, error = self._attempt(self.host.load_adapter_from, model_id, directory)
+        self._agree(error)
+        replicas.broadcast_adapter(self.host, self.group, model_id)
+        return meta
+
     def _run_check_replicas(self, model_id: str) -> str:
         digest, error = self._attempt(replicas.state_digest, self.host, model_id)
         self._agree(error)
@@ -306,6 +347,14 @@ class DataParallel:
 
     def _run_ping(self) -> None:
         return None
+
+
+def _seeded(jobs: Sequence[SampleJob]) -> list[SampleJob]:
+    """Every job with a seed (the coordinator's draw where it had none): every rank of a sharded
+    base decodes the same tokens, and as many steps."""
+    return [
+        job if job.seed is not None else replace(job, seed=secrets.randbits(63)) for job in jobs
+    ]
 
 
 def _merge(

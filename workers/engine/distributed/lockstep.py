@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from loopwright.types import Datum, ForwardBackwardInput, ForwardBackwardOutput, ModelInput
+from loopwright.types import (
+    Datum,
+    ForwardBackwardInput,
+    ForwardBackwardOutput,
+    ModelInput,
+    TensorData,
+)
 
 from ..errors import EngineError
 from ..host import ModelHost
@@ -25,7 +31,10 @@ PAD = ForwardBackwardInput(
     data=[
         Datum(
             model_input=ModelInput.from_ints([0]),
-            loss_fn_inputs={"target_tokens": [0], "weights": [0.0]},
+            loss_fn_inputs={
+                "target_tokens": TensorData(data=[0], dtype="int64"),
+                "weights": TensorData(data=[0.0], dtype="float32"),
+            },
         )
     ],
     loss_fn="cross_entropy",
