@@ -179,6 +179,31 @@ def test_a_moved_model_is_restored_at_once_not_when_its_user_comes_back(alice, s
     assert (recovery.outcome, recovery.replayed) == ("restored", 5)
 
 
+def test_a_model_moved_twice_before_it_was_restored_ends_both_moves(alice, start) -> None:
+    """Its worker is lost, then the one it moved to before restoring it: one restore, on the
+    third worker, ends both recoveries (none is left "restoring")."""
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 2):
+        result(alice, a, fut)
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    assert TrainingModel.objects.get(pk=model_id).worker.name == "b"
+    c = start("c")
+    lease_runs_out(b)
+    failover.workers_declare_dead(by="test")
+    assert TrainingModel.objects.get(pk=model_id).worker.name == "c"
+    c.beat()
+    c.drain()
+    moves = list(Recovery.objects.filter(model_id=model_id).order_by("id"))
+    assert [(r.from_worker, r.outcome, r.to_worker) for r in moves] == [
+        ("a", "restored", "c"),
+        ("b", "restored", "c"),
+    ]
+    assert moves[0].restored_at == moves[1].restored_at and moves[1].replayed == 5
+
+
 def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start) -> None:
     a = start("a")
     b = start("b")
