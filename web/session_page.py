@@ -90,12 +90,17 @@ def models_view(models: list[TrainingModel]) -> list[dict]:
 
 
 def group_view(model: TrainingModel) -> dict | None:
-    """The group of workers a data-parallel model trains on: its state and members by rank."""
+    """The group of workers a model trains on (data parallel, or a base sharded over them): its
+    state, kind and members by rank."""
     found = model_replica_group(model)
     if found is None:
         return None
     group, members = found
-    return {"state": group.state, "members": [(w.name, w.rank) for w in members]}
+    return {
+        "state": group.state,
+        "sharded": group.sharded,
+        "members": [(w.name, w.rank) for w in members],
+    }
 
 
 def summary(request: HttpRequest, session: Session, models: list[TrainingModel]) -> dict:

@@ -42,7 +42,14 @@ class Outcome:
         return self.error is None
 
 
+class NotNow(Exception):
+    """The operation cannot run on this worker yet, for a passing reason (its replica group is
+    not ready): it is put back, not failed."""
+
+
 def classify(exc: BaseException) -> Outcome:
+    if isinstance(exc, NotNow):
+        return Outcome(error=str(exc), retry=True)
     if isinstance(exc, EngineError):
         return Outcome(error=str(exc), category=exc.category)
     return Outcome(error=f"{type(exc).__name__}: {exc}", category="server")
@@ -265,7 +272,12 @@ def _engine_call(host: ModelHost, kind: str, requests: list[tuple]) -> list[Outc
 
 
 def _shared_failure(outcome: Outcome | None) -> bool:
-    return outcome is not None and not outcome.ok and outcome.category == "server"
+    return (
+        outcome is not None
+        and not outcome.ok
+        and not outcome.retry
+        and outcome.category == "server"
+    )
 
 
 def run_samples(

@@ -15,6 +15,10 @@ A collective that fails (a rank gone, a timeout) ends the group in the database
 (``failover.group_broken``: its models move and are restored from their recovery points on a new
 group); every member then drops the group's adapters, closes the process group and is free to
 join another. One group per process (torch.distributed's default group).
+
+A worker whose memory does not hold its base whole (``shard_ranks`` > 1) shards the base over
+each group it joins, before anything else runs on it, and loads it whole again before joining
+the next (``WorkerRuntime.reload_base``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from controlplane.fleet import replica_groups
 from controlplane.fleet.replica_groups import Membership
 from controlplane.training_sessions.services import failover
 
-from .engine.distributed import DataParallel, RankGroup
+from .engine.distributed import DataParallel, RankGroup, is_sharded, shard_base
 from .rank_network import use_interface_of
 
 if TYPE_CHECKING:
@@ -116,6 +120,9 @@ class GroupMember:
 
     def _run(self, target, m: Membership) -> None:
         try:
+            if is_sharded(self.rt.host):  # its last group sharded the base: whole again first
+                with self.rt.drain_lock():
+                    self.rt.reload_base()
             target(m)
             if m.rank == 0:
                 return  # led: the group lives on in the engine until it fails or ends
@@ -157,6 +164,7 @@ class GroupMember:
             timeout=timeout,
             join_timeout=join_timeout(),
         )
+        self._shard(m)
         dp = DataParallel(rt.host, self._group)
         if not replica_groups.group_ready(group_id=m.group_id, fence=rt.fence):
             raise RuntimeError("the group ended while it formed")
@@ -190,7 +198,16 @@ class GroupMember:
             join_timeout=join_timeout(),
         )
         log.info("replica group %s: joined as rank %d of %d", m.group_id, m.rank, m.world_size)
+        self._shard(m)
         DataParallel(rt.host, self._group).serve()  # until rank 0 stops, or the group breaks
+
+    def _shard(self, m: Membership) -> None:
+        """On a worker that cannot hold its base whole, every rank shards it over the group
+        (FSDP) before any adapter is made."""
+        if self.rt.shard_ranks > 1:
+            assert self._group is not None
+            shard_base(self.rt.host, self._group)
+            log.info("replica group %s: base sharded over %d ranks", m.group_id, m.world_size)
 
     # -- the end ---------------------------------------------------------------------------
     def broken(self, m: Membership, exc: BaseException) -> None:

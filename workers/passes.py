@@ -130,9 +130,11 @@ class Pass:
         on_tokens = token_publisher.sink(
             [op.pk for op in runnable], [op.payload for op in runnable]
         )
+        # On a sharded base every rank samples: through the group (the engine); else the host.
+        engine = rt.engine if rt.engine.sharded_base else rt.host
         with rt._threads(tokens):
             ran = run_samples(
-                rt.host,
+                engine,
                 [(op.payload, op.plan) for op in runnable],
                 rt.samplers,
                 [rt.vault(op.tenant_id) for op in runnable],

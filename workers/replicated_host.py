@@ -2,7 +2,10 @@
 data-parallel model (one with ``replicas`` > 1) go through its replica group's
 ``DataParallel`` (every rank takes part) and everything else runs on the host as before.
 
-Reads and local work stay on the coordinator's host: sampling, saving, snapshots
+On a worker that shards its base over its group (``sharded_base``) every call runs on the
+group, the base model's and sampling included: every rank takes part in every pass.
+
+Otherwise reads and local work stay on the coordinator's host: sampling, saving, snapshots
 (``capture``), merged exports, ``has_adapter``. The calls routed through the group are the ones
 that change an adapter's state: create, remove, load, restore, forward, forward_backward,
 optim_step. Packed calls of several models (``*_many``) never carry a data-parallel model:
@@ -24,19 +27,25 @@ from typing import Any
 from .engine.distributed import DataParallel
 from .engine.errors import CheckpointError, InvalidInput, UnknownAdapter
 from .engine.host import ModelHost
+from .executor import NotNow
 
 # Errors that are the request's, agreed on by every rank: the group is fine.
 REQUEST_ERRORS = (InvalidInput, UnknownAdapter, CheckpointError)
 
 
-class GroupNotReady(Exception):
+class GroupNotReady(NotNow):
     """This worker has no ready replica group for a data-parallel model: its operation waits."""
 
 
 class ReplicatedHost:
-    def __init__(self, host: ModelHost, replicated: Callable[[str], bool]) -> None:
+    def __init__(
+        self, host: ModelHost, replicated: Callable[[str], bool], *, sharded_base: bool = False
+    ) -> None:
+        """``sharded_base``: this worker shards its base over its group, so every call (the
+        base's and every adapter's, sampling too) runs on the group."""
         self.host = host
         self._replicated = replicated
+        self.sharded_base = sharded_base
         self._dp: DataParallel | None = None
         self._on_broken: Callable[[BaseException], None] | None = None
         self._calls = threading.RLock()  # one collective round at a time (operations, pings)
@@ -68,6 +77,8 @@ class ReplicatedHost:
             self._calls.release()
 
     def is_replicated(self, model_id: str | None) -> bool:
+        if self.sharded_base:
+            return True
         return model_id is not None and self._replicated(model_id)
 
     # -- ModelHost's interface ---------------------------------------------------------------
@@ -94,6 +105,24 @@ class ReplicatedHost:
 
     def restore(self, model_id, directory):
         return self._route(model_id, "restore", model_id, directory)
+
+    def sample_many(self, requests, on_tokens=None):
+        """On a sharded base every rank samples; else the coordinator alone (replicas are
+        identical)."""
+        if not self.sharded_base:
+            return self.host.sample_many(requests, on_tokens)
+        return self._route(None, "sample_many", requests, on_tokens)
+
+    def sample(self, model_id, jobs, on_tokens=None):
+        (results,) = self.sample_many([(model_id, jobs)], on_tokens)
+        if isinstance(results, Exception):
+            raise results
+        return results
+
+    def load_adapter_from(self, model_id, directory):
+        if not self.sharded_base:
+            return self.host.load_adapter_from(model_id, directory)
+        return self._route(model_id, "load_adapter_from", model_id, directory)
 
     def forward_many(self, requests):
         return self.host.forward_many(self._local(requests))

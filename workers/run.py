@@ -1,5 +1,5 @@
 """Start a GPU worker: ``python -m workers.run --name gpu0 --base-model NAME [--device cuda]
-[--subnet subnet-… --security-group sg-…]``.
+[--memory 80GiB] [--subnet subnet-… --security-group sg-…]``.
 
 One process per accelerator: a Celery worker with the solo pool on its own queue ``gpu.<name>``.
 """
@@ -43,6 +43,13 @@ def main(argv: list[str] | None = None) -> None:
         "(default: $LOOPWRIGHT_WORKER_ADDRESS, else the host name)",
     )
     p.add_argument(
+        "--memory",
+        default=os.environ.get("LOOPWRIGHT_WORKER_MEMORY", ""),
+        help="the memory this worker may use, e.g. 80GiB (default: $LOOPWRIGHT_WORKER_MEMORY, "
+        "else the accelerator's, or the host's RAM on cpu); a base that does not fit it whole "
+        "is sharded over a group of such workers",
+    )
+    p.add_argument(
         "--snapshot-every-steps",
         type=int,
         help="snapshot each training model every N optimizer steps (0: never by count; "
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         LOOPWRIGHT_WORKER_DTYPE=args.dtype,
         LOOPWRIGHT_WORKER_CAPACITY=str(args.capacity),
         LOOPWRIGHT_WORKER_ADDRESS=args.address,
+        LOOPWRIGHT_WORKER_MEMORY=args.memory,
         LOOPWRIGHT_WORKER_SUBNETS=",".join(
             args.subnets if args.subnets is not None else _listed("LOOPWRIGHT_WORKER_SUBNETS")
         ),

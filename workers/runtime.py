@@ -13,6 +13,7 @@ generation: a worker declared dead drops what it holds and registers anew.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import socket
@@ -35,7 +36,9 @@ from controlplane.training_sessions.selectors import model_replicas
 from controlplane.training_sessions.services import failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
 
+from .base_fit import fit_of, parse_memory, refused
 from .cpu_threads import cpu_threads, threads_for
+from .engine.catalog import default_catalog
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_training
 from .group_member import GroupMember
@@ -72,6 +75,7 @@ class WorkerSettings:
     pass_tokens: int = 16384  # most tokens of many sessions' operations in one engine call
     pass_samples: int = 64  # most samples claimed by one pass (round-robin across tenants)
     address: str = ""  # where the other ranks of a replica group it leads reach it
+    memory_bytes: int | None = None  # its memory (None: the device's); decides sharding
 
     def __post_init__(self) -> None:
         for field, env in (
@@ -104,6 +108,9 @@ class WorkerSettings:
             pass_tokens=int(env.get("LOOPWRIGHT_WORKER_PASS_TOKENS", "16384")),
             pass_samples=int(env.get("LOOPWRIGHT_WORKER_PASS_SAMPLES", "64")),
             address=env.get("LOOPWRIGHT_WORKER_ADDRESS") or socket.gethostname(),
+            memory_bytes=parse_memory(env["LOOPWRIGHT_WORKER_MEMORY"])
+            if env.get("LOOPWRIGHT_WORKER_MEMORY")
+            else None,
         )
 
 
@@ -123,15 +130,16 @@ class WorkerRuntime:
         """``listen``: wake on PostgreSQL notices (default: when submits send them and the
         runtime runs on its own, i.e. with its heartbeat)."""
         self.settings = settings
-        self.host = host or ModelHost(
-            settings.base_model,
-            HostConfig(
-                device=settings.device,
-                dtype=settings.dtype,
-                max_loaded_adapters=settings.max_loaded_adapters,
-                release_slack_mb=settings.release_slack_mb,
-            ),
+        config = self._host_config()
+        materialized = (
+            host.materialized if host else default_catalog().materialize(settings.base_model)
         )
+        # Whether its memory holds the base whole, or it serves only in a sharded group.
+        self.fit = fit_of(materialized.path, settings.base_model, config, settings.memory_bytes)
+        if self.fit.ranks is None:
+            raise refused(self.fit, settings.base_model)
+        self.shard_ranks = self.fit.ranks
+        self.host = host or self._load_host()
         self._parameters = sum(  # the base model's, not the adapter slots'
             p.numel() for name, p in self.host.pool.model.named_parameters() if "lora_" not in name
         )
@@ -152,7 +160,7 @@ class WorkerRuntime:
         )
         # What the operations run on: the host, or a replica group for data-parallel models.
         self._replicas: dict[str, int] = {}
-        self.engine = ReplicatedHost(self.host, self.replicated)
+        self.engine = ReplicatedHost(self.host, self.replicated, sharded_base=self.shard_ranks > 1)
         self.group = GroupMember(self)
         self._stop = threading.Event()
         self._fenced = threading.Event()  # the lease was taken away: start over, empty
@@ -169,6 +177,35 @@ class WorkerRuntime:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
         if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
             self.wake = WakeListener(settings.queue, self.drain, self._stop).start()
+
+    def _host_config(self) -> HostConfig:
+        s = self.settings
+        sharding = getattr(self, "shard_ranks", 1) > 1
+        return HostConfig(
+            device=s.device,
+            # a base sharded over the group is loaded into host memory; each rank's shards
+            # move to its accelerator as the base is sharded
+            load_device="cpu" if sharding and s.device != "cpu" else None,
+            dtype=s.dtype,
+            max_loaded_adapters=s.max_loaded_adapters,
+            release_slack_mb=s.release_slack_mb,
+        )
+
+    def _load_host(self) -> ModelHost:
+        return ModelHost(self.settings.base_model, self._host_config())
+
+    def reload_base(self) -> None:
+        """A worker that sharded its base left its group: the base is loaded whole again (into
+        host memory) for the next group to shard. The caller holds the drain lock."""
+        log.warning("worker %s loads %s again for its next group", self.name, self.host.base_model)
+        self.host = self.engine.host = self.snapshots.host = None  # type: ignore[assignment]
+        gc.collect()
+        self.host = self._load_host()
+        self.engine.host = self.snapshots.host = self.host
+        self.host.on_evict = lambda model_id, state: self.snapshots.evicted(
+            model_id, state, self.fence
+        )
+        self.samplers = SamplerAdapters(limit=self.samplers.limit)
 
     # -- the lease -------------------------------------------------------------------------
     @property
@@ -196,6 +233,9 @@ class WorkerRuntime:
             subnet_ids=self.settings.subnet_ids,
             security_group_ids=self.settings.security_group_ids,
             address=self.settings.address,
+            memory_bytes=self.fit.memory_bytes,
+            shard_ranks=self.shard_ranks,
+            base_memory_bytes=self.fit.whole_bytes,
         )
         self.worker = reg.worker
         self.fence = fleet.Fence(reg.worker.pk, reg.generation)
@@ -438,7 +478,9 @@ class WorkerRuntime:
     # -- replica groups --------------------------------------------------------------------
     def replicated(self, model_id: str) -> bool:
         """Whether ``model_id`` trains on a replica group (asked once per model: it never
-        changes)."""
+        changes). On a worker that shards its base, every model does."""
+        if self.shard_ranks > 1:
+            return True
         replicas = self._replicas.get(model_id)
         if replicas is None:
             if len(self._replicas) > 100_000:
@@ -453,6 +495,8 @@ class WorkerRuntime:
             if self.replicated(model_id):
                 self.snapshots.forget(model_id)
                 self.host.remove_adapter(model_id)
+        if self.shard_ranks > 1:  # its sampler weights were the group's too
+            self.samplers = SamplerAdapters(limit=self.samplers.limit)
 
     @contextlib.contextmanager
     def drain_lock(self, *, blocking: bool = True):

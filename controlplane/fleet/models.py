@@ -17,6 +17,9 @@ class BaseModel(models.Model):
     chat_template = models.TextField(null=True, blank=True)
     tokenizer_files = models.JSONField(default=dict)  # file name -> text
     tokenizer_path = models.CharField(max_length=1000, blank=True)  # on the worker's disk
+    # What one rank needs to hold it whole with one adapter and a pass's working memory, as its
+    # workers compute it (docs/scaling.md); None: not reported yet.
+    memory_bytes = models.BigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
 
@@ -39,6 +42,9 @@ class ReplicaGroup(models.Model):
     world_size = models.PositiveSmallIntegerField()
     state = models.CharField(max_length=16, choices=State.choices, default=State.FORMING)
     rendezvous = models.CharField(max_length=300, blank=True)  # tcp://host:port, from rank 0
+    # The base is sharded over the members (FSDP): every model and sampler placed on the
+    # coordinator runs on the whole group. Such a group ends only when a member is lost.
+    sharded = models.BooleanField(default=False)
     status_reason = models.TextField(blank=True)  # why it broke, for people
     created_at = models.DateTimeField(auto_now_add=True)
     ready_at = models.DateTimeField(null=True, blank=True)
@@ -81,6 +87,11 @@ class Worker(models.Model):
         ReplicaGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="members"
     )
     rank = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Its memory (the accelerator's, or what it was given), and the ranks its base must be
+    # sharded over at that size: 1, it holds the base whole; more, it serves only as a member of
+    # a sharded group of that many workers.
+    memory_bytes = models.BigIntegerField(null=True, blank=True)
+    shard_ranks = models.PositiveSmallIntegerField(default=1)
 
     class Meta:
         indexes = [models.Index(fields=["state", "lease_expires_at"], name="worker_lease_idx")]

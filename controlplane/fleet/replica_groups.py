@@ -35,10 +35,15 @@ class Membership:
     rendezvous: str
 
 
-def group_form(*, base_model: str, members: Sequence[Worker]) -> ReplicaGroup:
+def group_form(
+    *, base_model: str, members: Sequence[Worker], sharded: bool = False
+) -> ReplicaGroup:
     """A new group of ``members`` (the first is rank 0), in the caller's transaction, which
-    holds their row locks; each member is woken after the commit to join it."""
-    group = ReplicaGroup.objects.create(base_model_id=base_model, world_size=len(members))
+    holds their row locks; each member is woken after the commit to join it. ``sharded``: the
+    members shard the base over the group (they are workers that cannot hold it whole)."""
+    group = ReplicaGroup.objects.create(
+        base_model_id=base_model, world_size=len(members), sharded=sharded
+    )
     for rank, worker in enumerate(members):
         Worker.objects.filter(pk=worker.pk).update(group=group, rank=rank)
         worker.group, worker.rank = group, rank
@@ -88,10 +93,11 @@ def _forming_led_by(group_id: int, fence: Fence):
     )
 
 
-def group_end(*, group_id: int, reason: str) -> Worker | None:
+def group_end(*, group_id: int, reason: str) -> tuple[Worker | None, bool] | None:
     """End the group (in the caller's transaction): it is broken for good, its members are free
-    again and are woken to leave it. Returns its coordinator (whose replicated models the caller
-    moves), None if it had already ended."""
+    again and are woken to leave it. Returns its coordinator (whose replicated models, or on a
+    sharded group everything, the caller moves) and whether it was sharded; None if it had
+    already ended."""
     group = ReplicaGroup.objects.select_for_update().filter(pk=group_id).first()
     if group is None or group.state == ReplicaGroup.State.BROKEN:
         return None
@@ -107,7 +113,7 @@ def group_end(*, group_id: int, reason: str) -> Worker | None:
     for worker in members:
         if worker.state == Worker.State.ACTIVE:
             dispatch.wake_worker(worker.queue)
-    return coordinator
+    return coordinator, group.sharded
 
 
 def groups_stuck_forming(*, seconds: float) -> list[int]:

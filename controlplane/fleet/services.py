@@ -145,9 +145,16 @@ def worker_register(
     security_group_ids: Sequence[str] = (),
     vocab_size: int | None = None,
     address: str = "",
+    memory_bytes: int | None = None,
+    shard_ranks: int = 1,
+    base_memory_bytes: int | None = None,
 ) -> Registration:
     """Record the worker and what it serves, under a new generation with a fresh lease; runs in
-    the caller's transaction. ``subnet_ids`` empty: the open network."""
+    the caller's transaction. ``subnet_ids`` empty: the open network. ``shard_ranks`` > 1: its
+    ``memory_bytes`` do not hold the base whole (``base_memory_bytes``), it serves only in a
+    sharded group of that many workers."""
+    if shard_ranks < 1:
+        raise ValueError(f"shard_ranks must be at least 1, not {shard_ranks}")
     subnet_ids, security_group_ids = _network_ids(subnet_ids, security_group_ids)
     BaseModel.objects.update_or_create(
         name=base_model,
@@ -158,6 +165,7 @@ def worker_register(
             "tokenizer_files": tokenizer_files,
             "tokenizer_path": tokenizer_path,
             **({"vocab_size": vocab_size} if vocab_size is not None else {}),
+            **({"memory_bytes": base_memory_bytes} if base_memory_bytes is not None else {}),
         },
     )
     now = timezone.now()
@@ -169,6 +177,8 @@ def worker_register(
         "subnet_ids": subnet_ids,
         "security_group_ids": security_group_ids,
         "address": address,
+        "memory_bytes": memory_bytes,
+        "shard_ranks": shard_ranks,
         "group": None,  # a new process belongs to no group; the old one's group ends
         "rank": None,
         "state": Worker.State.ACTIVE,

@@ -17,6 +17,12 @@ class TooFewWorkers(DomainError):
     code = "not_enough_workers"
 
 
+class ShardedBase(DomainError):
+    """The base model is served only sharded: a model on it has one (sharded) replica."""
+
+    code = "sharded_base"
+
+
 def replicas_number(value: object) -> int:
     """``value`` if it is a whole number from 1, else a 400 naming the field ``replicas``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -42,7 +48,14 @@ def replicas_checked(*, tenant: Tenant, base_model: str, replicas: object) -> in
             field="replicas",
         )
     if replicas > 1:
-        live = live_workers().filter(base_model_id=base_model).count()
+        serving = live_workers().filter(base_model_id=base_model)
+        live = serving.filter(shard_ranks=1).count()
+        if live == 0 and serving.exists():
+            raise ShardedBase(
+                f"replicas: {base_model} is sharded over several workers (none holds it whole), "
+                "and a sharded base trains on one replica; ask for 1",
+                field="replicas",
+            )
         if replicas > live:
             serve = "live worker serves" if live == 1 else "live workers serve"
             raise TooFewWorkers(

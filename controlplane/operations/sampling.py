@@ -10,7 +10,7 @@ from controlplane import dispatch
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
-from controlplane.fleet.services import Network
+from controlplane.fleet.services import Network, NoWorkerAvailable
 from controlplane.metering.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotFound, Unavailable
@@ -151,10 +151,17 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
 
     serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
     workers = [w for w in serving if network.admits(w)]
-    if prefer is not None and prefer in workers:
+    takes = [w for w in workers if placement.takes_samplers(w)]
+    if prefer is not None and prefer in takes:
         return prefer
-    if workers:
-        return workers[0]
+    if takes:
+        return takes[0]
+    if workers:  # all followers, or all shard the base: placement finds the group (or waits)
+        try:
+            with transaction.atomic():
+                return placement.sharded_place(base_model=base_model, network=network)
+        except NoWorkerAvailable:
+            return None
     if serving:
         raise Unavailable(
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",

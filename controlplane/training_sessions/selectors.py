@@ -91,12 +91,14 @@ def model_next_free_seq(model: TrainingModel) -> int:
 
 
 def model_replica_group(model: TrainingModel) -> tuple[ReplicaGroup, list[Worker]] | None:
-    """The group of workers a data-parallel model (``replicas`` > 1) trains on, through its
-    worker (the group's coordinator), with the group's members by rank; None for a model on
-    one worker, or one that waits for its workers."""
-    if model.replicas <= 1 or model.worker_id is None or model.worker.group_id is None:
+    """The group of workers a model trains on (data parallel, ``replicas`` > 1, or a sharded
+    base), through its worker (the group's coordinator), with the group's members by rank; None
+    for a model on one worker, or one that waits for its workers."""
+    if model.worker_id is None or model.worker.group_id is None:
         return None
     group = ReplicaGroup.objects.get(pk=model.worker.group_id)
+    if model.replicas <= 1 and not group.sharded:
+        return None  # a coordinator's single-worker model
     return group, list(group.members.order_by("rank", "name"))
 
 

@@ -218,3 +218,15 @@ def test_a_group_no_model_trains_on_ends(people, settings) -> None:
     group.refresh_from_db()
     assert group.state == "broken" and group.status_reason == "no model trains on it any more"
     assert not Worker.objects.filter(group__isnull=False).exists()
+
+
+def test_a_group_has_the_room_of_its_smallest_member(people) -> None:
+    """Every member holds every model of its group: a follower with room for one model makes a
+    group with room for one."""
+    alice = people[0]
+    register("wa", capacity=4)
+    register("wb", capacity=1)
+    assert model(alice, 2).worker.name == "wa"
+    second = model(alice, 2)
+    assert second.worker is None
+    assert second.placement == TrainingModel.Placement.WAITING_FOR_CAPACITY

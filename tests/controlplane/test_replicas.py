@@ -73,7 +73,7 @@ def test_replicas_are_stored_and_shown_with_the_group(alice, bob, charlie) -> No
     group = model.worker.group
     members = [{"name": w.name, "rank": w.rank} for w in group.members.order_by("rank")]
     assert [m["rank"] for m in members] == [0, 1] and members[0]["name"] == model.worker.name
-    shown = {"id": group.pk, "state": "forming", "members": members}
+    shown = {"id": group.pk, "state": "forming", "sharded": False, "members": members}
     info = bob.post("get_info", {"model_id": mid}).json()  # bob shares alice's tenant
     assert (info["replicas"], info["group"], info["worker"]) == (2, shown, model.worker.name)
     ReplicaGroup.objects.filter(pk=group.pk).update(state=ReplicaGroup.State.READY)

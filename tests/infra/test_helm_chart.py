@@ -46,6 +46,7 @@ VARIANTS = {
                     "device": "cuda",
                     "dtype": "bfloat16",
                     "capacity": 32,
+                    "memory": "80GiB",
                     "resources": {"requests": {"cpu": "4"}, "limits": {"memory": "64Gi"}},
                 },
             ],
@@ -128,6 +129,8 @@ def test_workers_one_per_gpu_stopped_gracefully_and_ready_by_their_lease(rendere
         assert worker["readinessProbe"]["httpGet"]["path"] == "/readyz"
         assert worker["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert env(worker)["LOOPWRIGHT_WORKER_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+        # the memory a worker may use: the pool's, or "" (the GPU's); it decides sharding
+        assert env(worker)["LOOPWRIGHT_WORKER_MEMORY"] == pool.get("memory", "")
         assert sts["spec"]["podManagementPolicy"] == "Parallel"
     assert len(
         [d for d in of_kind(docs, "PodDisruptionBudget") if "-worker-" in d["metadata"]["name"]]

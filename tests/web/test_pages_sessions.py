@@ -577,6 +577,24 @@ def test_session_page_shows_replicas_and_the_group_they_run_on(alice, charlie, w
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
 
 
+def test_session_page_shows_a_base_sharded_over_its_group(alice, charlie, db):
+    """Workers that cannot hold the base whole: the model runs on a sharded group of them."""
+    from controlplane.fleet.models import ReplicaGroup
+    from controlplane.fleet.services import worker_register
+
+    for name in ("sh0", "sh1"):
+        worker_register(**registration(name, BASE_MODEL, memory_bytes=2**35, shard_ranks=2))
+    session, model = new_session(alice, "big")
+    assert model.worker.name == "sh0"
+    ReplicaGroup.objects.update(state=ReplicaGroup.State.READY)
+    part = alice.get(f"/sessions/{session.id}?part=summary", headers={"X-Fragment": "1"})
+    html = part.content.decode()
+    assert "Replicas</dt><dd>1</dd>" in html and "Worker group</dt>" in html
+    shown = " ".join(html.split())
+    assert "ready</span> base sharded over 2 workers: sh0 (rank 0), sh1 (rank 1)" in shown
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+
+
 def test_charlie_never_sees_or_stops_alices_session(alice, charlie, worker):
     session, _ = new_session(alice)
     assert charlie.get(f"/sessions/{session.id}").status_code == 404

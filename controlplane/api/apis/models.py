@@ -38,7 +38,8 @@ from .registry import GzipOrJSON
 
 def placement_json(m: TrainingModel) -> dict:
     """Where the model runs, or (``placement`` waiting_for_*) why it waits for a worker; how
-    many workers it trains on, and the group they form once it has one."""
+    many workers it trains on, and the group they form once it has one (data parallel, or a
+    base sharded over them)."""
     found = selectors.model_replica_group(m)
     group = None
     if found is not None:
@@ -46,6 +47,7 @@ def placement_json(m: TrainingModel) -> dict:
         group = {
             "id": g.pk,
             "state": g.state,
+            "sharded": g.sharded,  # the base is sharded over the members
             "members": [{"name": w.name, "rank": w.rank} for w in members],
         }
     return {

@@ -63,11 +63,17 @@ def group_broken(group_id: int, *, by: str, reason: str) -> int:
 
 
 def _group_broken(group_id: int, *, by: str, reason: str) -> int:
-    coordinator = replica_groups.group_end(group_id=group_id, reason=reason)
+    ended = replica_groups.group_end(group_id=group_id, reason=reason)
+    if ended is None:
+        return 0  # ended already
+    coordinator, sharded = ended
     if coordinator is None or coordinator.state != Worker.State.ACTIVE:
-        return 0  # ended already, or its coordinator's own release moves everything
+        return 0  # its coordinator's own release moves everything
     log.warning("replica group %s ended (%s), noticed by %s", group_id, reason, by)
-    return _release(coordinator, cause=Recovery.Cause.GROUP_BROKEN, by=by, replicated_only=True)
+    # On a sharded group everything the coordinator held ran on the group.
+    return _release(
+        coordinator, cause=Recovery.Cause.GROUP_BROKEN, by=by, replicated_only=not sharded
+    )
 
 
 def groups_unused(*, by: str) -> int:
@@ -77,9 +83,9 @@ def groups_unused(*, by: str) -> int:
     used = TrainingModel.objects.filter(
         state__in=TrainingModel.LIVE_STATES, replicas__gt=1, worker__group=OuterRef("pk")
     )
-    unused = list(
+    unused = list(  # a sharded group lasts while its members do: leaving costs a base reload
         ReplicaGroup.objects.exclude(state=ReplicaGroup.State.BROKEN)
-        .filter(created_at__lt=since)
+        .filter(created_at__lt=since, sharded=False)
         .exclude(Exists(used))
         .values_list("pk", flat=True)
     )

@@ -1,4 +1,5 @@
-"""Placement of a data-parallel model (``replicas`` > 1): on a replica group of that size.
+"""Placement on replica groups: a data-parallel model (``replicas`` > 1) on a group of that
+size, and any model or sampler of a base no live worker holds whole on a sharded group.
 
 A model joins a group of its base model and size whose members are all live on its network and
 whose coordinator has room; else a new group forms from live workers of that network that are
@@ -6,6 +7,11 @@ in no group: the coordinator is the one with room and the fewest models (it also
 single-worker models), the followers are idle workers (a follower serves only its group). The
 model is the coordinator's, like any placed model; until every rank has joined, its operations
 wait on the coordinator.
+
+A worker whose memory does not hold its base whole (``Worker.shard_ranks`` > 1) serves only as a
+member of a **sharded** group of ``shard_ranks`` such workers: the base is sharded over them,
+every model and sampler placed on the coordinator runs on the whole group, and the group lasts
+until a member is lost (leaving it costs each member a reload of its base).
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
     """The coordinator of a group of ``replicas`` live workers serving ``base_model`` on
     ``network``: an existing one with room, or one formed now (in the caller's transaction,
     which locks the workers). Raises NoWorkerAvailable with the reason none will do."""
-    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    serving = list(  # workers that hold the base whole; sharding ones serve only sharded groups
+        live_workers().filter(base_model_id=base_model, shard_ranks=1).order_by("name")
+    )
     fitting = [w for w in serving if network.admits(w)]
     if len(fitting) < replicas:
         cause = (
@@ -36,14 +44,16 @@ def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
         )
     locked, loads = locked_with_loads(fitting)
     load = lambda w: loads.get(w.pk, 0)  # noqa: E731
-    joinable = _existing(locked, base_model, replicas, load)
+    joinable = _existing(locked, base_model, replicas, load, sharded=False)
     if joinable is not None:
         return joinable
     free = [w for w in locked if w.group_id is None]
     idle = sorted((w for w in free if load(w) == 0), key=lambda w: w.name)
     busy = sorted((w for w in free if 0 < load(w) < w.capacity), key=lambda w: (load(w), w.name))
     coordinator = busy[0] if busy else (idle[0] if idle else None)
-    followers = [w for w in idle if w is not coordinator][: replicas - 1]
+    followers = [  # each will hold every model the coordinator has for the group, and this one
+        w for w in idle if w is not coordinator and coordinator and w.capacity > load(coordinator)
+    ][: replicas - 1]
     if coordinator is None or len(followers) < replicas - 1:
         raise NoWorkerAvailable(
             base_model,
@@ -56,9 +66,49 @@ def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
     return coordinator
 
 
-def _existing(locked: list[Worker], base_model: str, replicas: int, load) -> Worker | None:
-    """The coordinator with the most room of a live group of this size whose members are all
-    among ``locked`` (live, on the network)."""
+def sharded_place(*, base_model: str, network: Network) -> Worker:
+    """The coordinator of a sharded group of ``base_model`` on ``network`` with room: an
+    existing one, or one formed now from free workers that shard it (in the caller's
+    transaction). Raises NoWorkerAvailable with the reason none will do."""
+    sharding = list(
+        live_workers().filter(base_model_id=base_model, shard_ranks__gt=1).order_by("name")
+    )
+    fitting = [w for w in sharding if network.admits(w)]
+    where = "" if network.is_open else f" on {network.wanted()}"
+    if not fitting:
+        raise NoWorkerAvailable(
+            base_model,
+            f"waiting for workers that serve {base_model}{where}: none is live",
+            cause=NoWorkerAvailable.NETWORK if sharding else NoWorkerAvailable.NO_WORKER,
+        )
+    locked, loads = locked_with_loads(fitting)
+    load = lambda w: loads.get(w.pk, 0)  # noqa: E731
+    sizes = sorted({w.shard_ranks for w in locked})
+    existing = [_existing(locked, base_model, n, load, sharded=True) for n in sizes]
+    with_room = [w for w in existing if w is not None]
+    if with_room:
+        return min(with_room, key=lambda w: (load(w), w.name))
+    for n in sizes:  # the smallest group that can form: members of one size
+        free = [w for w in locked if w.group_id is None and w.shard_ranks == n]
+        if len(free) >= n:
+            group_form(base_model=base_model, members=free[:n], sharded=True)
+            return free[0]
+    n = sizes[0]
+    free = sum(1 for w in locked if w.group_id is None)
+    raise NoWorkerAvailable(
+        base_model,
+        f"waiting for {n} workers that serve {base_model}{where} to shard it over (none holds "
+        f"it whole): {_n(len(locked), 'is', 'are')} live, {free} in no group, and every "
+        "sharded group is full",
+        cause=NoWorkerAvailable.CAPACITY if len(locked) >= n else NoWorkerAvailable.NO_WORKER,
+    )
+
+
+def _existing(
+    locked: list[Worker], base_model: str, replicas: int, load, *, sharded: bool
+) -> Worker | None:
+    """The coordinator with the most room of a live group of this size (and kind) whose members
+    are all among ``locked`` (live, on the network)."""
     by_group: dict[int, list[Worker]] = {}
     for w in locked:
         if w.group_id is not None:
@@ -68,15 +118,18 @@ def _existing(locked: list[Worker], base_model: str, replicas: int, load) -> Wor
             pk__in=list(by_group),
             base_model_id=base_model,
             world_size=replicas,
+            sharded=sharded,
             state__in=(ReplicaGroup.State.FORMING, ReplicaGroup.State.READY),
         ).values_list("pk", flat=True)
     )
-    coordinators = [
-        next(w for w in members if w.rank == 0)
+    # Every member holds every model of the group: its room is its smallest member's.
+    with_room = [
+        coordinator
         for group_id, members in by_group.items()
-        if group_id in live and len(members) == replicas and any(w.rank == 0 for w in members)
+        if group_id in live and len(members) == replicas
+        for coordinator in members
+        if coordinator.rank == 0 and load(coordinator) < min(w.capacity for w in members)
     ]
-    with_room = [w for w in coordinators if load(w) < w.capacity]
     return min(with_room, key=lambda w: (load(w), w.name)) if with_room else None
 
 

@@ -17,7 +17,7 @@ from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
-from .group_placement import group_place
+from .group_placement import group_place, sharded_place
 from .recovery import recovery_discard
 from .worker_loads import locked_with_loads
 
@@ -31,15 +31,18 @@ WAITING_FOR = {
 
 
 def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
-    """The live worker serving ``base_model`` on ``network`` with the most free room.
+    """The live worker serving ``base_model`` on ``network`` with the most free room; for a
+    base no live worker holds whole, the coordinator of a sharded group (``sharded_place``).
 
     Runs inside the caller's transaction; the worker rows are locked so two placements cannot
     both take a last slot. Raises NoWorkerAvailable with the reason none will do.
     """
     network = network or Network()
-    serving = [  # a follower of a replica group serves only its group
-        w for w in live_workers().filter(base_model_id=base_model).order_by("name") if not w.rank
-    ]
+    live = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    whole = [w for w in live if w.shard_ranks == 1]
+    if not whole and live:  # no live worker holds the base whole: a sharded group serves it
+        return sharded_place(base_model=base_model, network=network)
+    serving = [w for w in whole if not w.rank]  # a follower of a replica group serves only it
     if not serving:
         raise NoWorkerAvailable(
             base_model,
@@ -180,17 +183,26 @@ def _assign(model: TrainingModel, worker: Worker) -> None:
     dispatch.wake_worker(worker.queue)
 
 
+def takes_samplers(worker: Worker) -> bool:
+    """Whether samplers of its base may run on ``worker``: one that holds the base whole and is
+    no follower, or the coordinator of a sharded group."""
+    return worker.rank == 0 if worker.shard_ranks > 1 else not worker.rank
+
+
 def sampler_home(sampler: SamplingSession) -> Worker | None:
     """Where a sampler's requests run: with its live model, or any live worker of its base model
     on its session's network (the one with the fewest samplers); None while there is none."""
     if sampler.live_model_id is not None:
         return TrainingModel.objects.get(pk=sampler.live_model_id).worker
     network = session_network(sampler.session)
-    serving = [
-        w
-        for w in live_workers().filter(base_model_id=sampler.base_model)
-        if network.admits(w) and not w.rank  # a follower serves only its replica group
-    ]
+    live = list(live_workers().filter(base_model_id=sampler.base_model))
+    if live and all(w.shard_ranks > 1 for w in live):  # sampled on a sharded group
+        try:
+            with transaction.atomic():
+                return sharded_place(base_model=sampler.base_model, network=network)
+        except NoWorkerAvailable:
+            return None
+    serving = [w for w in live if w.shard_ranks == 1 and network.admits(w) and takes_samplers(w)]
     if not serving:
         return None
     loads = dict(

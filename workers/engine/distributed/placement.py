@@ -11,7 +11,9 @@ divided by G; only the weights are.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 GIB = 2**30
 
@@ -66,6 +68,23 @@ class ModelShape:
 
     def kv_bytes_per_token(self, kv_bytes: int = 2) -> int:
         return 2 * self.layers * self.kv_dim * kv_bytes
+
+    @classmethod
+    def of_config(cls, name: str, config: Mapping[str, Any]) -> ModelShape:
+        """The shape of an HF ``config.json`` (a multimodal one's ``text_config``)."""
+        c = {**config, **(config.get("text_config") or {})}
+        heads = int(c["num_attention_heads"])
+        return cls(
+            name,
+            layers=int(c["num_hidden_layers"]),
+            hidden=int(c["hidden_size"]),
+            intermediate=int(c["intermediate_size"]),
+            heads=heads,
+            kv_heads=int(c.get("num_key_value_heads") or heads),
+            head_dim=int(c.get("head_dim") or int(c["hidden_size"]) // heads),
+            vocab=int(c["vocab_size"]),
+            tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        )
 
 
 LLAMA_3_1_8B = ModelShape("Llama-3.1-8B", 32, 4096, 14336, 32, 8, 128, 128256)
@@ -137,3 +156,34 @@ def gpus_needed(
             return ranks
         ranks *= 2
     return None
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How a base model fits a worker: one rank's need holding it whole, and the ranks it must
+    be sharded over (1: it fits whole; None: no number of ranks of this memory holds it)."""
+
+    whole_bytes: int
+    memory_bytes: int
+    ranks: int | None
+
+
+def base_fit(
+    shape: ModelShape,
+    memory_bytes: int,
+    *,
+    pass_tokens: int,
+    kv_tokens: int,
+    weight_bytes: int,
+    reserve: int,
+    lora_rank: int = 32,
+    max_ranks: int = 64,
+) -> Fit:
+    """Whether a worker of ``memory_bytes`` holds the base with one rank-``lora_rank`` adapter
+    and its working memory, and if not, over how many such workers it must be sharded."""
+    kwargs = dict(
+        lora_rank=lora_rank, kv_tokens=kv_tokens, weight_bytes=weight_bytes, reserve=reserve
+    )
+    whole = rank_memory(shape, 1, pass_tokens=pass_tokens, **kwargs).total
+    ranks = gpus_needed(shape, memory_bytes, pass_tokens=pass_tokens, max_ranks=max_ranks, **kwargs)
+    return Fit(whole, memory_bytes, ranks)
