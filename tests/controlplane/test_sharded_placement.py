@@ -148,3 +148,35 @@ def test_the_end_of_a_sharded_group_moves_everything_its_coordinator_held(people
 def test_a_registration_names_at_least_one_rank() -> None:
     with pytest.raises(ValueError, match="shard_ranks"), transaction.atomic():
         register("sa", shard_ranks=0)
+
+
+def test_a_worker_that_cannot_hold_its_base_registers_to_shard_it(db, tiny_host_factory, tmp_path):
+    """Its memory between a whole rank's need and a half-sharded one's: it registers 2 ranks,
+    runs nothing until its group is ready, and loads its base whole again after a group."""
+    from loopwright.types import Datum, ForwardBackwardInput, ModelInput
+    from workers.base_fit import rank_need
+    from workers.engine.distributed import RankGroup, is_sharded, shard_base
+    from workers.engine.host import HostConfig
+    from workers.replicated_host import GroupNotReady
+    from workers.runtime import WorkerRuntime, WorkerSettings
+
+    host = tiny_host_factory()
+    whole, half = (rank_need(host.materialized.path, TINY, HostConfig(), n) for n in (1, 2))
+    settings = WorkerSettings(name="sx", base_model=TINY, memory_bytes=(whole + half) // 2)
+    rt = WorkerRuntime(settings, host=host, heartbeat=False)
+    worker = Worker.objects.get(name="sx")
+    assert (worker.shard_ranks, worker.memory_bytes) == (2, (whole + half) // 2)
+    assert BaseModel.objects.get(pk=TINY).memory_bytes == whole
+    assert rt.replicated("model-any") and rt.engine.is_replicated(None)
+    sft = Datum(model_input=ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3]})
+    with pytest.raises(GroupNotReady):  # the base's forward too: every call needs the group
+        rt.engine.forward(None, ForwardBackwardInput(data=[sft], loss_fn="cross_entropy"))
+    group = RankGroup.join(f"file://{tmp_path}/rendezvous", rank=0, world_size=1)
+    try:
+        shard_base(rt.host, group)
+        assert is_sharded(rt.host)
+    finally:
+        group.close()
+    rt.reload_base()
+    assert not is_sharded(rt.host)
+    assert rt.engine.host is rt.host and rt.snapshots.host is rt.host
