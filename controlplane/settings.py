@@ -200,6 +200,9 @@ SESSION_IDLE_TIMEOUT_SECONDS = env.int("LOOPWRIGHT_SESSION_IDLE_TIMEOUT", defaul
 # A worker holds a lease this long, renewed by its heartbeat (every fifth of it); one silent
 # past it is declared dead and its models move to live workers (docs/failover.md).
 WORKER_LEASE_SECONDS = env.float("LOOPWRIGHT_WORKER_LEASE_SECONDS", default=10.0)
+# A sharded group's members load their base whole (again, after an earlier group) and shard it
+# while the group forms; one not ready within this many seconds ends (docs/scaling.md).
+SHARDED_GROUP_FORM_SECONDS = env.float("LOOPWRIGHT_SHARDED_GROUP_FORM_SECONDS", default=600.0)
 # The service snapshots each training model (adapter, AdamW state, pending gradients) every so
 # many optimizer steps or seconds, whichever comes first (0 turns that trigger off); a model
 # lost with its worker is restored from it and replays the operations completed since.

@@ -3,13 +3,15 @@
 A worker knows its memory (the accelerator's, or ``--memory`` / ``LOOPWRIGHT_WORKER_MEMORY``:
 what an operator gives it, e.g. ``80GiB``) and its base model's shape (its ``config.json``).
 The arithmetic of ``engine.distributed.placement`` (docs/scaling.md) turns them into one rank's
-need holding the base whole with one adapter and a pass's working memory, and the fewest workers
-of this size the base must be sharded over. The worker registers both; placement puts a base
+need holding the base whole with one adapter and a pass's working memory, the pass budget that
+fits (smaller passes first, down to ``MIN_PASS_TOKENS``), and the fewest workers of this size
+the base must be sharded over. The worker registers its need and ranks; placement puts a base
 that no live worker holds whole on a sharded group of that many workers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -71,15 +73,25 @@ def device_memory(device: str) -> int:
 
 def fit_of(model_dir: Path, name: str, config: HostConfig, memory_bytes: int | None) -> Fit:
     """How the base in ``model_dir`` fits a worker of ``memory_bytes`` (None: its device's) that
-    loads it as ``config`` says."""
+    loads it as ``config`` says. A CPU worker not given its memory holds the base whole."""
     shape, kwargs = _arithmetic(model_dir, name, config)
     memory = memory_bytes if memory_bytes is not None else device_memory(config.device)
-    return base_fit(shape, memory, **kwargs)
+    fit = base_fit(shape, memory, **kwargs)
+    if memory_bytes is None and torch.device(config.device).type == "cpu":
+        # The host's RAM is shared with everything else on it (and can swap), and the budget
+        # is a worst case: a CPU worker shards only when it is given its memory.
+        return dataclasses.replace(fit, ranks=1, pass_tokens=config.max_batch_tokens)
+    return fit
 
 
-def rank_need(model_dir: Path, name: str, config: HostConfig, ranks: int) -> int:
-    """Bytes one rank needs with the base sharded over ``ranks`` (1: whole)."""
+def rank_need(
+    model_dir: Path, name: str, config: HostConfig, ranks: int, pass_tokens: int | None = None
+) -> int:
+    """Bytes one rank needs with the base sharded over ``ranks`` (1: whole), with passes of
+    ``pass_tokens`` (default: the host's budget)."""
     shape, kwargs = _arithmetic(model_dir, name, config)
+    if pass_tokens is not None:
+        kwargs["pass_tokens"] = pass_tokens
     return rank_memory(shape, ranks, **kwargs).total
 
 
@@ -91,6 +103,18 @@ def _arithmetic(model_dir: Path, name: str, config: HostConfig) -> tuple[ModelSh
         kv_tokens=config.max_sample_tokens,
         weight_bytes=config.torch_dtype().itemsize,
         reserve=RESERVE[kind],
+    )
+
+
+def host_memory_refusal(fit: Fit, name: str, host_bytes: int) -> BaseDoesNotFit | None:
+    """A worker that shards its base loads it whole into host memory first (each rank then
+    keeps its shards): refused when the host cannot hold the whole base's weights."""
+    if fit.ranks is None or fit.ranks == 1 or fit.weights_bytes <= host_bytes:
+        return None
+    return BaseDoesNotFit(
+        f"{name} must be sharded over {fit.ranks} workers, and a worker that shards it loads "
+        f"its weights whole into host memory first: {fit.weights_bytes / GIB:.2f} GiB, and this "
+        f"host has {host_bytes / GIB:.2f} GiB"
     )
 
 

@@ -53,11 +53,17 @@ def group_timeout() -> timedelta:
     return timedelta(seconds=float(os.environ.get("LOOPWRIGHT_GROUP_TIMEOUT_SECONDS", "300")))
 
 
-def join_timeout() -> timedelta:
-    """Bounds joining (the rendezvous store's waits): a lease. A member that has not joined by
-    then is not coming; every rank gives up well before the group is declared stuck (see
-    ``failover.groups_stuck_forming``), so each is free for the next group."""
-    return timedelta(seconds=max(2.0, django_settings.WORKER_LEASE_SECONDS))
+def join_timeout(sharding: bool = False) -> timedelta:
+    """Bounds joining (the rendezvous store's waits; a follower waits twice that for the
+    rendezvous): a lease, or for a worker that shards its base a third of
+    ``SHARDED_GROUP_FORM_SECONDS`` (the others may still be loading and sharding theirs). A
+    member that has not joined by then is not coming; every rank gives up before the group is
+    declared stuck (see ``failover.groups_stuck_forming``), so each is free for the next
+    group."""
+    lease = max(2.0, django_settings.WORKER_LEASE_SECONDS)
+    if sharding:
+        return timedelta(seconds=max(lease, django_settings.SHARDED_GROUP_FORM_SECONDS / 3))
+    return timedelta(seconds=lease)
 
 
 class GroupMember:
@@ -69,6 +75,9 @@ class GroupMember:
         self._group: RankGroup | None = None
         self._store: dist.TCPStore | None = None
         self._ending = threading.Event()  # the group ended: a follower's wait stops
+
+    def _join_timeout(self) -> timedelta:
+        return join_timeout(sharding=self.rt.shard_ranks > 1)
 
     @property
     def group_id(self) -> int | None:
@@ -94,12 +103,13 @@ class GroupMember:
             self.rt.engine.ping()
 
     def _end(self, m: Membership) -> bool:
-        """Leave ``m`` after it ended in the database; False: not now (a follower's thread is
-        still in a collective, which fails once rank 0 closes its side; or the drain is busy)."""
+        """Leave ``m`` after it ended in the database; False: not now (its thread is still
+        joining, or a follower's is in a collective, which fails once rank 0 closes its side: the
+        thread leaves then; or the drain is busy)."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return False
         if m.rank != 0:
-            thread = self._thread
-            if thread is not None and thread.is_alive():
-                return False
             self.teardown(m)
             return True
         with self.rt.drain_lock(blocking=False) as held:
@@ -120,9 +130,7 @@ class GroupMember:
 
     def _run(self, target, m: Membership) -> None:
         try:
-            if is_sharded(self.rt.host):  # its last group sharded the base: whole again first
-                with self.rt.drain_lock():
-                    self.rt.reload_base()
+            self._reload()  # its last group sharded the base (and it was not reloaded yet)
             target(m)
             if m.rank == 0:
                 return  # led: the group lives on in the engine until it fails or ends
@@ -145,7 +153,7 @@ class GroupMember:
             world_size=m.world_size,
             is_master=True,
             wait_for_workers=False,
-            timeout=join_timeout(),
+            timeout=self._join_timeout(),
         )
         use_interface_of(address, rt.settings.device)
         rendezvous = f"tcp://{address}:{self._store.port}"
@@ -162,7 +170,7 @@ class GroupMember:
             world_size=m.world_size,
             device=rt.settings.device,
             timeout=timeout,
-            join_timeout=join_timeout(),
+            join_timeout=self._join_timeout(),
         )
         self._shard(m)
         dp = DataParallel(rt.host, self._group)
@@ -175,7 +183,7 @@ class GroupMember:
     # -- followers -------------------------------------------------------------------------
     def _follow(self, m: Membership) -> None:
         rt = self.rt
-        deadline = time.monotonic() + 2 * django_settings.WORKER_LEASE_SECONDS
+        deadline = time.monotonic() + 2 * self._join_timeout().total_seconds()
         while not m.rendezvous:
             if self._ending.wait(0.2):
                 return
@@ -188,14 +196,16 @@ class GroupMember:
         use_interface_of(rt.settings.address or "127.0.0.1", rt.settings.device)
         url = urlsplit(m.rendezvous)
         timeout = group_timeout()
-        self._store = dist.TCPStore(url.hostname, url.port, is_master=False, timeout=join_timeout())
+        self._store = dist.TCPStore(
+            url.hostname, url.port, is_master=False, timeout=self._join_timeout()
+        )
         self._group = RankGroup.join(
             self._store,
             rank=m.rank,
             world_size=m.world_size,
             device=rt.settings.device,
             timeout=timeout,
-            join_timeout=join_timeout(),
+            join_timeout=self._join_timeout(),
         )
         log.info("replica group %s: joined as rank %d of %d", m.group_id, m.rank, m.world_size)
         self._shard(m)
@@ -248,3 +258,20 @@ class GroupMember:
             except Exception:
                 log.exception("closing the process group of replica group %s", ended.group_id)
         self.rt.drop_replicated()
+        if self.rt.shard_ranks > 1:
+            self._reload_soon()
+
+    def _reload_soon(self) -> None:
+        """A worker that shards its base loads it whole again as soon as it leaves a group, on
+        a thread of its own (never the heartbeat's or the drain's): ready for the next group,
+        which it joins only once this is done (``check`` waits for the thread)."""
+        if threading.current_thread() is self._thread:
+            self._reload()  # a follower's own thread, or a join that failed
+            return
+        self._thread = threading.Thread(target=self._reload, name="base-reload", daemon=True)
+        self._thread.start()
+
+    def _reload(self) -> None:
+        if is_sharded(self.rt.host):
+            with self.rt.drain_lock():
+                self.rt.reload_base()

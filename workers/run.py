@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> None:
         "--memory",
         default=os.environ.get("LOOPWRIGHT_WORKER_MEMORY", ""),
         help="the memory this worker may use, e.g. 80GiB (default: $LOOPWRIGHT_WORKER_MEMORY, "
-        "else the accelerator's, or the host's RAM on cpu); a base that does not fit it whole "
-        "is sharded over a group of such workers",
+        "else the accelerator's; a cpu worker without it holds its base whole); a base that "
+        "does not fit it whole is sharded over a group of such workers",
     )
     p.add_argument(
         "--snapshot-every-steps",

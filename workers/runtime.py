@@ -36,7 +36,7 @@ from controlplane.training_sessions.selectors import model_replicas
 from controlplane.training_sessions.services import failover, placement, recovery
 from controlplane.training_sessions.services.storage import storage_at
 
-from .base_fit import fit_of, parse_memory, refused
+from .base_fit import device_memory, fit_of, host_memory_refusal, parse_memory, refused
 from .cpu_threads import cpu_threads, threads_for
 from .engine.catalog import default_catalog
 from .engine.host import HostConfig, ModelHost
@@ -138,6 +138,9 @@ class WorkerRuntime:
         self.fit = fit_of(materialized.path, settings.base_model, config, settings.memory_bytes)
         if self.fit.ranks is None:
             raise refused(self.fit, settings.base_model)
+        too_big = host_memory_refusal(self.fit, settings.base_model, device_memory("cpu"))
+        if too_big is not None:
+            raise too_big
         self.shard_ranks = self.fit.ranks
         self.host = host or self._load_host()
         self._parameters = sum(  # the base model's, not the adapter slots'
@@ -181,7 +184,9 @@ class WorkerRuntime:
     def _host_config(self) -> HostConfig:
         s = self.settings
         sharding = getattr(self, "shard_ranks", 1) > 1
+        fit = getattr(self, "fit", None)  # once known, passes as large as its memory allows
         return HostConfig(
+            **({"max_batch_tokens": fit.pass_tokens} if fit is not None else {}),
             device=s.device,
             # a base sharded over the group is loaded into host memory; each rank's shards
             # move to its accelerator as the base is sharded
@@ -198,14 +203,11 @@ class WorkerRuntime:
         """A worker that sharded its base left its group: the base is loaded whole again (into
         host memory) for the next group to shard. The caller holds the drain lock."""
         log.warning("worker %s loads %s again for its next group", self.name, self.host.base_model)
-        self.host = self.engine.host = self.snapshots.host = None  # type: ignore[assignment]
-        gc.collect()
-        self.host = self._load_host()
-        self.engine.host = self.snapshots.host = self.host
-        self.host.on_evict = lambda model_id, state: self.snapshots.evicted(
-            model_id, state, self.fence
-        )
+        host = self._load_host()  # the sharded one serves readers (probes, heartbeat) meanwhile
+        host.on_evict = lambda model_id, state: self.snapshots.evicted(model_id, state, self.fence)
+        self.host = self.engine.host = self.snapshots.host = host
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
+        gc.collect()  # the sharded base's pieces
 
     # -- the lease -------------------------------------------------------------------------
     @property

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane import dispatch
@@ -116,13 +117,17 @@ def group_end(*, group_id: int, reason: str) -> tuple[Worker | None, bool] | Non
     return coordinator, group.sharded
 
 
-def groups_stuck_forming(*, seconds: float) -> list[int]:
-    """Groups still forming ``seconds`` after they were named: a member never joined."""
-    since = timezone.now() - timedelta(seconds=seconds)
+def groups_stuck_forming(*, seconds: float, sharded_seconds: float) -> list[int]:
+    """Groups still forming ``seconds`` after they were named (``sharded_seconds`` for a sharded
+    group, whose members load and shard their base meanwhile): a member never joined."""
+    now = timezone.now()
     return list(
-        ReplicaGroup.objects.filter(
-            state=ReplicaGroup.State.FORMING, created_at__lt=since
-        ).values_list("pk", flat=True)
+        ReplicaGroup.objects.filter(state=ReplicaGroup.State.FORMING)
+        .filter(
+            Q(sharded=False, created_at__lt=now - timedelta(seconds=seconds))
+            | Q(sharded=True, created_at__lt=now - timedelta(seconds=sharded_seconds))
+        )
+        .values_list("pk", flat=True)
     )
 
 

@@ -10,7 +10,7 @@ from controlplane import dispatch
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
-from controlplane.fleet.services import Network, NoWorkerAvailable
+from controlplane.fleet.services import Network
 from controlplane.metering.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotFound, Unavailable
@@ -151,17 +151,16 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
 
     serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
     workers = [w for w in serving if network.admits(w)]
-    takes = [w for w in workers if placement.takes_samplers(w)]
+    # workers that hold the base whole first, then the coordinators of sharded groups
+    takes = sorted(
+        (w for w in workers if placement.takes_samplers(w)), key=lambda w: w.shard_ranks > 1
+    )
     if prefer is not None and prefer in takes:
         return prefer
     if takes:
         return takes[0]
-    if workers:  # all followers, or all shard the base: placement finds the group (or waits)
-        try:
-            with transaction.atomic():
-                return placement.sharded_place(base_model=base_model, network=network)
-        except NoWorkerAvailable:
-            return None
+    if workers:  # none holds the base whole: a sharded group (formed now if need be), or wait
+        return placement.sharded_home(base_model, network, workers)
     if serving:
         raise Unavailable(
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",

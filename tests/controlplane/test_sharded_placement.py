@@ -30,7 +30,9 @@ pytestmark = pytest.mark.django_db
 GIB = 2**30
 
 
-def register(name: str, *, shard_ranks: int = 2, capacity: int = 4) -> fleet.Registration:
+def register(
+    name: str, *, shard_ranks: int = 2, capacity: int = 4, memory: int = 40 * GIB
+) -> fleet.Registration:
     """A worker of 40 GiB that must shard the base (72 GiB whole) over ``shard_ranks``."""
     return failover.worker_start(
         by="test",
@@ -39,7 +41,7 @@ def register(name: str, *, shard_ranks: int = 2, capacity: int = 4) -> fleet.Reg
             TINY,
             capacity=capacity,
             address="127.0.0.1",
-            memory_bytes=40 * GIB if shard_ranks > 1 else 80 * GIB,
+            memory_bytes=memory if shard_ranks > 1 else 80 * GIB,
             shard_ranks=shard_ranks,
             base_memory_bytes=72 * GIB,
         ),
@@ -156,17 +158,20 @@ def test_a_worker_that_cannot_hold_its_base_registers_to_shard_it(db, tiny_host_
     from loopwright.types import Datum, ForwardBackwardInput, ModelInput
     from workers.base_fit import rank_need
     from workers.engine.distributed import RankGroup, is_sharded, shard_base
+    from workers.engine.distributed.placement import MIN_PASS_TOKENS
     from workers.engine.host import HostConfig
     from workers.replicated_host import GroupNotReady
     from workers.runtime import WorkerRuntime, WorkerSettings
 
     host = tiny_host_factory()
-    whole, half = (rank_need(host.materialized.path, TINY, HostConfig(), n) for n in (1, 2))
+    path = host.materialized.path
+    whole, half = (rank_need(path, TINY, HostConfig(), n, MIN_PASS_TOKENS) for n in (1, 2))
     settings = WorkerSettings(name="sx", base_model=TINY, memory_bytes=(whole + half) // 2)
     rt = WorkerRuntime(settings, host=host, heartbeat=False)
     worker = Worker.objects.get(name="sx")
     assert (worker.shard_ranks, worker.memory_bytes) == (2, (whole + half) // 2)
-    assert BaseModel.objects.get(pk=TINY).memory_bytes == whole
+    assert BaseModel.objects.get(pk=TINY).memory_bytes == rank_need(path, TINY, HostConfig(), 1)
+    assert MIN_PASS_TOKENS <= rt.fit.pass_tokens < HostConfig().max_batch_tokens
     assert rt.replicated("model-any") and rt.engine.is_replicated(None)
     sft = Datum(model_input=ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3]})
     with pytest.raises(GroupNotReady):  # the base's forward too: every call needs the group
@@ -180,3 +185,51 @@ def test_a_worker_that_cannot_hold_its_base_registers_to_shard_it(db, tiny_host_
     rt.reload_base()
     assert not is_sharded(rt.host)
     assert rt.engine.host is rt.host and rt.snapshots.host is rt.host
+
+
+def test_a_whole_worker_is_preferred_only_where_it_can_take_the_model(people) -> None:
+    """Not on the session's network, or full: the sharded group serves (the overflow too)."""
+    alice = people[0]
+    for name in ("sa", "sb"):
+        register(name)
+    failover.worker_start(
+        by="test", **registration("wv", TINY, capacity=4, subnet_ids=["subnet-0a1b2c3d"])
+    )
+    assert model(alice, 1).worker.name == "sa"  # wv serves only its VPC
+    register("wz", shard_ranks=1, capacity=1)
+    assert model(alice, 1).worker.name == "wz"
+    assert model(alice, 1).worker.name == "sa"  # wz is full
+    # a sampler of the base: a whole worker first (samplers do not count against capacity)
+    assert sampler(alice).worker.name == "wz"
+
+
+def test_a_sharded_group_has_longer_to_form(people, settings) -> None:
+    """Its members load and shard the base meanwhile: SHARDED_GROUP_FORM_SECONDS, not four
+    leases."""
+    lease = settings.WORKER_LEASE_SECONDS
+    settings.SHARDED_GROUP_FORM_SECONDS = 10 * lease
+    for name in ("sa", "sb"):
+        register(name)
+    model(people[0], 1)
+    group = ReplicaGroup.objects.get()
+    ReplicaGroup.objects.update(created_at=timezone.now() - timedelta(seconds=5 * lease))
+    failover.groups_stuck_forming(by="janitor")
+    group.refresh_from_db()
+    assert group.state == "forming"
+    ReplicaGroup.objects.update(
+        created_at=timezone.now() - timedelta(seconds=settings.SHARDED_GROUP_FORM_SECONDS + 1)
+    )
+    failover.groups_stuck_forming(by="janitor")
+    group.refresh_from_db()
+    assert group.state == "broken" and group.status_reason == "a member did not join in time"
+
+
+def test_a_sharded_group_forms_of_workers_alike_in_memory(people) -> None:
+    """Each sizes its passes to its memory, and passes in step need them alike."""
+    register("sa", memory=40 * GIB)
+    register("sb", memory=48 * GIB)
+    waiting = model(people[0], 1)
+    assert waiting.worker is None and not ReplicaGroup.objects.exists()
+    register("sc", memory=48 * GIB)
+    assert placement.models_place_waiting(base_model=TINY) == [waiting.pk]
+    assert members(ReplicaGroup.objects.get().pk) == [("sb", 0), ("sc", 1)]

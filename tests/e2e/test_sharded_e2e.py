@@ -23,6 +23,7 @@ from openai import OpenAI
 
 from workers.base_fit import rank_need
 from workers.engine.catalog import default_catalog
+from workers.engine.distributed.placement import MIN_PASS_TOKENS
 from workers.engine.host import HostConfig
 
 from .chaos import database
@@ -39,9 +40,11 @@ PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def sharding_memory() -> int:
-    """Less than one worker needs to hold the tiny base whole, enough for half of it."""
+    """Less than one worker needs to hold the tiny base whole, even with small passes; enough
+    for half of it."""
     path = default_catalog().materialize(TINY).path
-    whole, half = (rank_need(path, TINY, HostConfig(), n) for n in (1, 2))
+    # with the smallest passes a worker makes before it shards instead
+    whole, half = (rank_need(path, TINY, HostConfig(), n, MIN_PASS_TOKENS) for n in (1, 2))
     assert half < whole
     return (whole + half) // 2
 

@@ -187,3 +187,25 @@ def test_sampler_weights_and_batched_sampling_equal_the_unsharded_model(runs) ->
     )
     assert ours["heard"] == ref["heard"] > 0
     assert ours["unknown"] == ref["unknown"] == "UnknownAdapter"
+
+
+def test_a_sampling_failure_that_is_no_requests_fails_the_whole_call_on_a_sharded_host(
+    host: ModelHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A single host goes on to the next batch; a rank of a sharded base must not (the other
+    ranks are in this batch's collectives), so the call fails and the ranks stop together."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(host, "_sample_wave", broken)
+    job = SampleJob(prompt=PROMPT, max_tokens=2, temperature=0.0)
+    (alone,) = host.sample_many([(None, [job])])
+    assert isinstance(alone, RuntimeError)
+    host.ranks_in_step = True  # what shard_base sets
+    with pytest.raises(RuntimeError, match="out of memory"):
+        host.sample_many([(None, [job])])
+    # a request's own error is still its result
+    bad = SampleJob(prompt=PROMPT, max_tokens=0)
+    (refused,) = host.sample_many([(None, [bad])])
+    assert isinstance(refused, InvalidInput)

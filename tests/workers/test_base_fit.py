@@ -6,9 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from workers.base_fit import GIB, RESERVE, fit_of, parse_memory, rank_need, refused
+from workers.base_fit import (
+    GIB,
+    RESERVE,
+    fit_of,
+    host_memory_refusal,
+    parse_memory,
+    rank_need,
+    refused,
+)
 from workers.engine.catalog import TINY_MODEL, default_catalog
-from workers.engine.distributed.placement import ModelShape
+from workers.engine.distributed.placement import MIN_PASS_TOKENS, ModelShape
 from workers.engine.host import HostConfig
 
 
@@ -52,13 +60,47 @@ def test_the_need_of_a_whole_rank_by_hand(tiny) -> None:
 
 def test_a_worker_holds_it_whole_or_shards_it_or_cannot_serve_it(tiny) -> None:
     config = HostConfig()
-    whole, half = (rank_need(tiny, TINY_MODEL, config, n) for n in (1, 2))
-    assert half < whole
-    assert fit_of(tiny, TINY_MODEL, config, whole).ranks == 1
-    between = fit_of(tiny, TINY_MODEL, config, (whole + half) // 2)
-    assert (between.ranks, between.whole_bytes) == (2, whole)
-    small = fit_of(tiny, TINY_MODEL, config, GIB // 4)  # not even a pass's activations
+    whole = rank_need(tiny, TINY_MODEL, config, 1)
+    fit = fit_of(tiny, TINY_MODEL, config, whole)
+    assert (fit.ranks, fit.pass_tokens, fit.whole_bytes) == (1, 16384, whole)
+    # short of that: smaller passes first, the base still whole
+    small_whole = rank_need(tiny, TINY_MODEL, config, 1, MIN_PASS_TOKENS)
+    fit = fit_of(tiny, TINY_MODEL, config, (whole + small_whole) // 2)
+    assert fit.ranks == 1 and MIN_PASS_TOKENS <= fit.pass_tokens < 16384
+    assert rank_need(tiny, TINY_MODEL, config, 1, fit.pass_tokens) <= (whole + small_whole) // 2
+    # short even with the smallest passes: sharded over two
+    half = rank_need(tiny, TINY_MODEL, config, 2, MIN_PASS_TOKENS)
+    assert half < small_whole
+    memory = (small_whole + half) // 2
+    between = fit_of(tiny, TINY_MODEL, config, memory)
+    assert between.ranks == 2 and MIN_PASS_TOKENS <= between.pass_tokens < 16384
+    assert rank_need(tiny, TINY_MODEL, config, 2, between.pass_tokens) <= memory
+    small = fit_of(tiny, TINY_MODEL, config, GIB // 4)  # not even a small pass's activations
     assert small.ranks is None
     assert "does not fit workers of 0.25 GiB" in str(refused(small, TINY_MODEL))
     # a smaller pass budget needs less: the same memory now holds it whole
     assert fit_of(tiny, TINY_MODEL, HostConfig(max_batch_tokens=1024), GIB).ranks == 1
+
+
+def test_a_worker_that_shards_needs_host_memory_for_the_whole_weights(tiny) -> None:
+    """It loads the base whole into host memory before keeping its shards."""
+    config = HostConfig()
+    whole, half = (rank_need(tiny, TINY_MODEL, config, n, MIN_PASS_TOKENS) for n in (1, 2))
+    fit = fit_of(tiny, TINY_MODEL, config, (whole + half) // 2)
+    assert fit.ranks == 2 and fit.weights_bytes > 0
+    assert host_memory_refusal(fit, TINY_MODEL, fit.weights_bytes) is None
+    short = host_memory_refusal(fit, TINY_MODEL, fit.weights_bytes - 1)
+    assert short is not None and "loads its weights whole into host memory" in str(short)
+    # a worker that holds it whole is never refused for this
+    assert host_memory_refusal(fit_of(tiny, TINY_MODEL, config, whole), TINY_MODEL, 1) is None
+
+
+def test_a_cpu_worker_not_given_its_memory_holds_its_base_whole(tiny) -> None:
+    """The host's RAM is shared (and the budget a worst case): however big the estimate, it
+    neither shards nor refuses unless ``--memory`` says how much it may use."""
+    huge = HostConfig(max_batch_tokens=10**9)  # an estimate far above any host's RAM
+    fit = fit_of(tiny, TINY_MODEL, huge, None)
+    assert fit.ranks == 1 and fit.whole_bytes > fit.memory_bytes
+    given = fit_of(tiny, TINY_MODEL, huge, fit.memory_bytes)  # told: passes made to fit
+    assert given.ranks == 1 and given.pass_tokens < 10**9
+    assert rank_need(tiny, TINY_MODEL, huge, 1, given.pass_tokens) <= fit.memory_bytes

@@ -118,6 +118,9 @@ class ModelHost:
             self.device,
         )
         self._lock = threading.RLock()
+        # Every pass is one of a group's in step (a base sharded over ranks): a failure that is
+        # not a request's fails the whole call rather than going on to the next batch alone.
+        self.ranks_in_step = False
         # engine calls by name (forward_many, forward_backward_many, optim_step_many,
         # sample_many): how many calls a worker's operations took
         self.calls: collections.Counter[str] = collections.Counter()
@@ -271,6 +274,8 @@ class ModelHost:
                 try:
                     out.update(self._sample_wave(requests, wave, on_tokens))
                 except Exception as exc:
+                    if self.ranks_in_step and not isinstance(exc, EngineError):
+                        raise  # the other ranks are in this wave's collectives: stop together
                     out.update(dict.fromkeys(wave, exc))
             return [out[i] for i in range(len(requests))]
 

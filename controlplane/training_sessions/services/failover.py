@@ -96,8 +96,13 @@ def groups_unused(*, by: str) -> int:
 
 def groups_stuck_forming(*, by: str) -> int:
     """End the groups a member never joined within four leases (a follower waits up to two for
-    the rendezvous, then one to join); their models are placed again. Returns how many ended."""
-    stuck = replica_groups.groups_stuck_forming(seconds=4 * settings.WORKER_LEASE_SECONDS)
+    the rendezvous, then one to join), or for a sharded group ``SHARDED_GROUP_FORM_SECONDS``
+    (its members load and shard the base meanwhile); their models are placed again. Returns how
+    many ended."""
+    lease = settings.WORKER_LEASE_SECONDS
+    stuck = replica_groups.groups_stuck_forming(
+        seconds=4 * lease, sharded_seconds=max(4 * lease, settings.SHARDED_GROUP_FORM_SECONDS)
+    )
     for group_id in stuck:
         group_broken(group_id, by=by, reason="a member did not join in time")
     return len(stuck)

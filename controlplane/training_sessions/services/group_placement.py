@@ -88,8 +88,18 @@ def sharded_place(*, base_model: str, network: Network) -> Worker:
     with_room = [w for w in existing if w is not None]
     if with_room:
         return min(with_room, key=lambda w: (load(w), w.name))
-    for n in sizes:  # the smallest group that can form: members of one size
-        free = [w for w in locked if w.group_id is None and w.shard_ranks == n]
+    # The smallest group that can form, of workers alike in ranks and memory (so that every
+    # rank sizes its passes alike, as passes in step need).
+    kinds = sorted({(w.shard_ranks, w.memory_bytes or 0) for w in locked})
+    for n, memory in kinds:
+        free = sorted(
+            (
+                w
+                for w in locked
+                if w.group_id is None and w.shard_ranks == n and (w.memory_bytes or 0) == memory
+            ),
+            key=lambda w: w.name,
+        )
         if len(free) >= n:
             group_form(base_model=base_model, members=free[:n], sharded=True)
             return free[0]

@@ -40,8 +40,15 @@ def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
     network = network or Network()
     live = list(live_workers().filter(base_model_id=base_model).order_by("name"))
     whole = [w for w in live if w.shard_ranks == 1]
-    if not whole and live:  # no live worker holds the base whole: a sharded group serves it
-        return sharded_place(base_model=base_model, network=network)
+    if any(w.shard_ranks > 1 and network.admits(w) for w in live):
+        try:  # a worker that holds the base whole first; else a sharded group
+            return _whole_place(base_model, network, whole)
+        except NoWorkerAvailable:
+            return sharded_place(base_model=base_model, network=network)
+    return _whole_place(base_model, network, whole)
+
+
+def _whole_place(base_model: str, network: Network, whole: list[Worker]) -> Worker:
     serving = [w for w in whole if not w.rank]  # a follower of a replica group serves only it
     if not serving:
         raise NoWorkerAvailable(
@@ -189,6 +196,27 @@ def takes_samplers(worker: Worker) -> bool:
     return worker.rank == 0 if worker.shard_ranks > 1 else not worker.rank
 
 
+def sharded_home(base_model: str, network: Network, live: list[Worker]) -> Worker | None:
+    """The coordinator of a sharded group a sampler of ``base_model`` can run on (the one with
+    the fewest samplers, or one formed now), None if no such group can serve it yet."""
+    sharding = [w for w in live if w.shard_ranks > 1 and network.admits(w)]
+    coordinators = [w for w in sharding if w.rank == 0]
+    if coordinators:  # samplers do not count against a worker's capacity
+        loads = dict(
+            SamplingSession.objects.filter(worker__in=coordinators)
+            .values_list("worker")
+            .annotate(n=Count("id"))
+        )
+        return min(coordinators, key=lambda w: (loads.get(w.pk, 0), w.name))
+    if not sharding:
+        return None
+    try:
+        with transaction.atomic():
+            return sharded_place(base_model=base_model, network=network)
+    except NoWorkerAvailable:
+        return None
+
+
 def sampler_home(sampler: SamplingSession) -> Worker | None:
     """Where a sampler's requests run: with its live model, or any live worker of its base model
     on its session's network (the one with the fewest samplers); None while there is none."""
@@ -196,15 +224,9 @@ def sampler_home(sampler: SamplingSession) -> Worker | None:
         return TrainingModel.objects.get(pk=sampler.live_model_id).worker
     network = session_network(sampler.session)
     live = list(live_workers().filter(base_model_id=sampler.base_model))
-    if live and all(w.shard_ranks > 1 for w in live):  # sampled on a sharded group
-        try:
-            with transaction.atomic():
-                return sharded_place(base_model=sampler.base_model, network=network)
-        except NoWorkerAvailable:
-            return None
     serving = [w for w in live if w.shard_ranks == 1 and network.admits(w) and takes_samplers(w)]
-    if not serving:
-        return None
+    if not serving:  # none holds the base whole here: a sharded group, if one can serve it
+        return sharded_home(sampler.base_model, network, live)
     loads = dict(
         SamplingSession.objects.filter(worker__in=serving)
         .values_list("worker")

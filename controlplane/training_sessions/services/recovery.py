@@ -132,14 +132,16 @@ def restore_finished(
     recovery.restored_at = timezone.now()
     recovery.outcome = Recovery.Outcome.RESTORED
     recovery.save()
-    # an earlier move the model was not restored after (it moved again first) ends here too
-    model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).exclude(pk=recovery.pk).update(
-        outcome=Recovery.Outcome.RESTORED,
-        to_worker=worker_name,
-        restored_at=recovery.restored_at,
-        recovery_seq=recovery.recovery_seq,
-        recovery_kind=recovery.recovery_kind,
-    )
+    if plan.recovery is not None:
+        # an earlier move the model was not restored after (it moved again first) ends here
+        # too; a later one (it moved on while this restore ran) is its next worker's to end
+        model.recoveries.filter(outcome=Recovery.Outcome.RESTORING, pk__lt=recovery.pk).update(
+            outcome=Recovery.Outcome.RESTORED,
+            to_worker=worker_name,
+            restored_at=recovery.restored_at,
+            recovery_seq=recovery.recovery_seq,
+            recovery_kind=recovery.recovery_kind,
+        )
     match = "identical" if deviation == 0 else f"within {deviation:.2g} (relative)"
     audit_system(
         tenant=model.tenant,

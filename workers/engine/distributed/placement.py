@@ -160,12 +160,18 @@ def gpus_needed(
 
 @dataclass(frozen=True)
 class Fit:
-    """How a base model fits a worker: one rank's need holding it whole, and the ranks it must
-    be sharded over (1: it fits whole; None: no number of ranks of this memory holds it)."""
+    """How a base model fits a worker: one rank's need holding it whole at the asked pass budget,
+    the ranks it must be sharded over (1: it fits whole; None: no number of ranks of this memory
+    holds it even with small passes), and the pass budget that fits those ranks."""
 
     whole_bytes: int
     memory_bytes: int
     ranks: int | None
+    weights_bytes: int  # the base's weights alone, whole
+    pass_tokens: int  # the asked budget, or less where only less fits (0: ranks is None)
+
+
+MIN_PASS_TOKENS = 1024  # passes smaller than this waste the accelerator: shard rather
 
 
 def base_fit(
@@ -178,12 +184,22 @@ def base_fit(
     reserve: int,
     lora_rank: int = 32,
     max_ranks: int = 64,
+    min_pass_tokens: int = MIN_PASS_TOKENS,
 ) -> Fit:
     """Whether a worker of ``memory_bytes`` holds the base with one rank-``lora_rank`` adapter
-    and its working memory, and if not, over how many such workers it must be sharded."""
+    and its working memory, and if not, over how many such workers it must be sharded. Passes
+    are made smaller first (down to ``min_pass_tokens``), then the base is sharded."""
     kwargs = dict(
         lora_rank=lora_rank, kv_tokens=kv_tokens, weight_bytes=weight_bytes, reserve=reserve
     )
     whole = rank_memory(shape, 1, pass_tokens=pass_tokens, **kwargs).total
-    ranks = gpus_needed(shape, memory_bytes, pass_tokens=pass_tokens, max_ranks=max_ranks, **kwargs)
-    return Fit(whole, memory_bytes, ranks)
+    weights = shape.params() * weight_bytes
+    floor = min(pass_tokens, min_pass_tokens)
+    ranks = gpus_needed(shape, memory_bytes, pass_tokens=floor, max_ranks=max_ranks, **kwargs)
+    if ranks is None:
+        return Fit(whole, memory_bytes, None, weights, 0)
+    # the largest pass whose activations fit beside the rest (a pass and a sampling batch's KV
+    # cache are not held together: the KV cache fits already, at ``floor``)
+    held = rank_memory(shape, ranks, pass_tokens=0, **{**kwargs, "kv_tokens": 0}).total
+    room = (memory_bytes - held) // shape.activation_bytes_per_token(weight_bytes)
+    return Fit(whole, memory_bytes, ranks, weights, max(floor, min(pass_tokens, room)))

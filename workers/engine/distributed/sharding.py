@@ -48,6 +48,7 @@ def shard_base(host: ModelHost, group: RankGroup) -> None:
     for layer in decoder_layers(base):
         fully_shard(layer, mesh=mesh, ignored_params=lora)
     fully_shard(base, mesh=mesh, ignored_params=lora)
+    host.ranks_in_step = True
 
 
 def is_sharded(host: ModelHost) -> bool:
