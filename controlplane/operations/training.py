@@ -361,6 +361,14 @@ def training_submit(
         )
     sampler_seq = payload.get("sampling_session_seq_id")
     if plan.get("sampler_id") and isinstance(sampler_seq, int):
+        # A request that took this seq_id while the lock was waited for (the look above missed
+        # it) holds this sampler number itself: answer it as a retry, not as the number's thief.
+        racing = Operation.objects.select_related("worker").filter(model=model, seq_id=seq_id)
+        taken = racing.first()
+        if taken is not None:
+            return existing_or_conflict(
+                taken, payload_digest, f"seq_id {seq_id} of model {model.id}"
+            )
         sampler_seq_free(model.session, sampler_seq)
     _touch(model)
     op = Operation(

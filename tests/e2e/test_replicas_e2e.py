@@ -74,6 +74,18 @@ def group_size(stack: Stack, model_id: str) -> int:
     return row[0] if row and row[0] and row[1] == "ready" else 1
 
 
+def settled_group_size(stack: Stack, model_id: str, replicas: int) -> int:
+    """The size of the group the model runs on; a killer's thread may have just ended the group
+    its last step ran on (the kill lands after the step), so a model of several replicas gets a
+    while to be on its next group before it counts as on one worker."""
+    size = group_size(stack, model_id)
+    deadline = time.monotonic() + 60
+    while replicas > 1 and size == 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        size = group_size(stack, model_id)
+    return size
+
+
 def run_loop(stack: Stack, folder: Path, replicas: int, fault=None) -> Run:
     samples, losses, ranks = [], [], set()
     with client(stack) as svc:
@@ -82,7 +94,7 @@ def run_loop(stack: Stack, folder: Path, replicas: int, fault=None) -> Run:
         for step in range(STEPS):
             out, sampled = train_step(tc, step, at)
             losses.append(out.metrics["loss:sum"])
-            ranks.add(group_size(stack, tc.model_id))
+            ranks.add(settled_group_size(stack, tc.model_id, replicas))
             if sampled is not None:
                 samples.append(sampled)
         folder = download_final(svc, tc, folder)
