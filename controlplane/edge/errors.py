@@ -68,6 +68,9 @@ def validation_response(exc: ValidationError) -> Response:
 def exception_handler(exc, context):
     """The ``/api/v1`` face's DRF exception handler."""
     if isinstance(exc, DomainError):
+        if exc.status == 409:  # a client's retries and its numbering meet here: say why
+            request = context.get("request")
+            log.warning("409 on %s: %s", getattr(request, "path", "?"), exc.detail)
         response = error_response(exc.status, exc.detail, exc.code, exc.field)
         if getattr(exc, "retry_after", None) is not None:  # throttled, or no worker up now
             response["Retry-After"] = str(exc.retry_after)

@@ -324,7 +324,7 @@ def training_submit(
     if locked is None:
         raise NotFound(f"model {model_id!r} not found", field="model_id")
     model, existing_id, existing_digest = locked
-    payload_digest = digest(payload)  # JSON-encodes the whole request: once
+    payload_digest = digest(retry_key(kind, payload))  # JSON-encodes the whole request: once
     if existing_id is not None and existing_digest == payload_digest:
         # a retry: same answer whatever state the session is in now
         return Operation.objects.select_related("worker").get(pk=existing_id)
@@ -394,6 +394,15 @@ def training_submit(
     if op.worker is not None:  # else it waits with its model, and goes when the model is placed
         dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
+
+
+def retry_key(kind: str, payload: dict) -> dict:
+    """What a retry of the request repeats. The tinker SDK draws a new sampler number for each
+    attempt of an ephemeral sampler save (``sampling_session_seq_id``): the seq_id and the rest
+    of the request say it is the same save, which keeps the number its first attempt took."""
+    if kind == Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER and payload.get("path") is None:
+        return {k: v for k, v in payload.items() if k != "sampling_session_seq_id"}
+    return payload
 
 
 def _model_locked(

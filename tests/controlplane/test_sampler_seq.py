@@ -85,3 +85,29 @@ def test_create_sampling_session_with_a_used_number_and_another_source_is_a_conf
     assert clash.status_code == 409 and clash.json()["field"] == "sampling_session_seq_id"
     # an ephemeral save may not take a number an open sampler has
     assert _ephemeral(alice, runtime, mid, 2, 0).status_code == 409
+
+
+def test_a_retried_ephemeral_save_with_a_new_sampler_number_is_the_same_save(
+    alice, charlie, runtime
+) -> None:
+    """The tinker SDK (0.38) draws a new sampling_session_seq_id for each attempt of a save
+    it retries (a timeout, a 5xx): the same seq_id is the same save, and its sampler keeps
+    the number the first attempt took, before and after the save ran."""
+    sid = open_session(alice)
+    mid = create_model(alice, runtime, sid)
+    first = _ephemeral(alice, runtime, mid, 1, 0)
+    retried = _ephemeral(alice, runtime, mid, 1, 1)  # before it ran
+    assert retried.status_code == 200, retried.content
+    assert retried.json()["request_id"] == first.json()["request_id"]
+    saved = result(alice, runtime, first.json())
+    late = _ephemeral(alice, runtime, mid, 1, 2)  # after it ran
+    assert late.status_code == 200, late.content
+    assert result(alice, runtime, late.json()) == saved
+    info = alice.post("get_info", {"model_id": mid}).json()
+    assert info["next_sampling_session_seq_id"] == 1  # number 0, the first attempt's
+    # a named save is no such thing: another path under the same seq_id is another request
+    named = alice.post("save_weights_for_sampler", {"model_id": mid, "seq_id": 2, "path": "a"})
+    assert named.status_code == 200
+    clash = alice.post("save_weights_for_sampler", {"model_id": mid, "seq_id": 2, "path": "b"})
+    assert clash.status_code == 409
+    assert _ephemeral(charlie, runtime, mid, 3, 0).status_code == 404
