@@ -39,6 +39,7 @@ from controlplane.training_sessions.services.storage import storage_at
 from .base_fit import device_memory, fit_of, host_memory_refusal, parse_memory, refused
 from .cpu_threads import cpu_threads, threads_for
 from .engine.catalog import default_catalog
+from .engine.distributed.placement import Fit
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_training
 from .group_member import GroupMember
@@ -130,7 +131,7 @@ class WorkerRuntime:
         """``listen``: wake on PostgreSQL notices (default: when submits send them and the
         runtime runs on its own, i.e. with its heartbeat)."""
         self.settings = settings
-        config = self._host_config()
+        config = self._host_config(None)
         materialized = (
             host.materialized if host else default_catalog().materialize(settings.base_model)
         )
@@ -181,10 +182,11 @@ class WorkerRuntime:
         if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
             self.wake = WakeListener(settings.queue, self.drain, self._stop).start()
 
-    def _host_config(self) -> HostConfig:
+    def _host_config(self, fit: Fit | None) -> HostConfig:
+        """How the host loads its base: as asked (``fit`` None: before it is known), then with
+        passes as large as its memory allows, into host memory when the base is sharded."""
         s = self.settings
-        sharding = getattr(self, "shard_ranks", 1) > 1
-        fit = getattr(self, "fit", None)  # once known, passes as large as its memory allows
+        sharding = fit is not None and fit.ranks is not None and fit.ranks > 1
         return HostConfig(
             **({"max_batch_tokens": fit.pass_tokens} if fit is not None else {}),
             device=s.device,
@@ -197,7 +199,7 @@ class WorkerRuntime:
         )
 
     def _load_host(self) -> ModelHost:
-        return ModelHost(self.settings.base_model, self._host_config())
+        return ModelHost(self.settings.base_model, self._host_config(self.fit))
 
     def reload_base(self) -> None:
         """A worker that sharded its base left its group: the base is loaded whole again (into

@@ -202,12 +202,7 @@ def sharded_home(base_model: str, network: Network, live: list[Worker]) -> Worke
     sharding = [w for w in live if w.shard_ranks > 1 and network.admits(w)]
     coordinators = [w for w in sharding if w.rank == 0]
     if coordinators:  # samplers do not count against a worker's capacity
-        loads = dict(
-            SamplingSession.objects.filter(worker__in=coordinators)
-            .values_list("worker")
-            .annotate(n=Count("id"))
-        )
-        return min(coordinators, key=lambda w: (loads.get(w.pk, 0), w.name))
+        return _fewest_samplers(coordinators)
     if not sharding:
         return None
     try:
@@ -227,12 +222,17 @@ def sampler_home(sampler: SamplingSession) -> Worker | None:
     serving = [w for w in live if w.shard_ranks == 1 and network.admits(w) and takes_samplers(w)]
     if not serving:  # none holds the base whole here: a sharded group, if one can serve it
         return sharded_home(sampler.base_model, network, live)
+    return _fewest_samplers(serving)
+
+
+def _fewest_samplers(workers: list[Worker]) -> Worker:
+    """The worker with the fewest samplers (then the first by name)."""
     loads = dict(
-        SamplingSession.objects.filter(worker__in=serving)
+        SamplingSession.objects.filter(worker__in=workers)
         .values_list("worker")
         .annotate(n=Count("id"))
     )
-    return min(serving, key=lambda w: (loads.get(w.pk, 0), w.name))
+    return min(workers, key=lambda w: (loads.get(w.pk, 0), w.name))
 
 
 def sampler_move(sampler: SamplingSession, worker: Worker | None) -> None:
