@@ -12,6 +12,7 @@ from pathlib import Path
 
 import environ
 
+from controlplane import install_secrets
 from controlplane.observability.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -19,7 +20,20 @@ env = environ.Env()
 
 DATA_DIR = Path(env.str("LOOPWRIGHT_DATA_DIR", default=str(BASE_DIR / "var")))
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="insecure-development-key-change-me")
+# No secret has a default: each comes from the environment or, on the embedded default (no
+# DATABASE_URL: SQLite, one machine) or with DEBUG, is made once into DATA_DIR (mode 0600).
+# Production (PostgreSQL, DEBUG off) refuses to start without it (docs/security.md, "Secrets").
+EMBEDDED = not env.str("DATABASE_URL", default="")
+_secrets = install_secrets.Resolver(env.ENVIRON, DATA_DIR, generate=EMBEDDED or DEBUG)
+SECRET_KEY = _secrets.secret(
+    "DJANGO_SECRET_KEY",
+    install_secrets.SECRET_KEY_FILE,
+    what="it signs logins and download links and keys the digests of API keys",
+)
+# Earlier secrets, still accepted while a rotation completes (docs/security.md).
+SECRET_KEY_FALLBACKS = _secrets.listed(
+    "DJANGO_SECRET_KEY_FALLBACKS", install_secrets.SECRET_KEY_FALLBACKS_FILE
+)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "testserver"])
 
 INSTALLED_APPS = [
@@ -227,8 +241,18 @@ MAX_REPLICAS = env.int("LOOPWRIGHT_MAX_REPLICAS", default=8)
 RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or (
     BROKER_URL if BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
-# Wraps every local KMS key's material; changing it makes those keys (and what they sealed) unreadable.
-KMS_MASTER_KEY = env.str("LOOPWRIGHT_KMS_MASTER_KEY", default="loopwright-kms:" + SECRET_KEY)
+# Wraps every local KMS key's material (and every secret the service seals for itself); never
+# derived from SECRET_KEY. Moved to a new one by `manage.py rotate_kms_master_key`, which re-wraps
+# under it what the previous one wrapped (docs/security.md, "Rotating secrets").
+KMS_MASTER_KEY = install_secrets.kms_master_key_checked(
+    _secrets.secret(
+        "LOOPWRIGHT_KMS_MASTER_KEY",
+        install_secrets.KMS_MASTER_KEY_FILE,
+        what="it wraps every local KMS key, so it unlocks every sealed checkpoint",
+    ),
+    secret_key=SECRET_KEY,
+)
+KMS_MASTER_KEY_PREVIOUS = env.str("LOOPWRIGHT_KMS_MASTER_KEY_PREVIOUS", default="") or None
 KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None
 KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
 
@@ -250,9 +274,16 @@ STRIPE_PUSH_GRACE_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_GRACE_MINUTES", defa
 STRIPE_PUSH_BACKFILL_DAYS = env.int("LOOPWRIGHT_STRIPE_PUSH_BACKFILL_DAYS", default=30)
 STRIPE_MAX_NETWORK_RETRIES = env.int("LOOPWRIGHT_STRIPE_MAX_NETWORK_RETRIES", default=2)
 
-# Metrics at /metrics (controlplane/observability): a bearer token and/or a port of its own.
-METRICS_TOKEN = env.str("LOOPWRIGHT_METRICS_TOKEN", default="")
+# Metrics at /metrics (controlplane/observability): a bearer token and/or a port of its own;
+# with neither, /metrics answers nobody. The embedded default makes its token into DATA_DIR.
 METRICS_PORT = env.int("LOOPWRIGHT_METRICS_PORT", default=0)
+METRICS_TOKEN = env.str("LOOPWRIGHT_METRICS_TOKEN", default="") or (
+    _secrets.secret(
+        "LOOPWRIGHT_METRICS_TOKEN", install_secrets.METRICS_TOKEN_FILE, what="/metrics needs it"
+    )
+    if EMBEDDED
+    else ""
+)
 
 # text: plain lines; json: one object per line with the request or operation id bound.
 LOGGING = logging_config(

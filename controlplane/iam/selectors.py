@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from controlplane.errors import NotFound
 from controlplane.tenants.models import Tenant
-from controlplane.tenants.services import key_digest
+from controlplane.tenants.services import key_digests
 
 from .arns import Arn, ArnError
 from .models import ApiKey, Role
@@ -65,9 +65,17 @@ def api_key_for(raw: str) -> ApiKey | None:
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
         .first()
     )
-    if key is None or not hmac.compare_digest(key.digest, key_digest(raw)):
+    if key is None:
         return None
-    return key
+    current, *earlier = key_digests(raw)
+    if hmac.compare_digest(key.digest, current):
+        return key
+    if any(hmac.compare_digest(key.digest, digest) for digest in earlier):
+        # stored under a secret being rotated out: from now on under the current one
+        ApiKey.objects.filter(pk=key.pk, digest=key.digest).update(digest=current)
+        key.digest = current
+        return key
+    return None
 
 
 def api_keys(*, tenant: Tenant) -> QuerySet[ApiKey]:

@@ -125,16 +125,21 @@ def ensure_usable(key: KeyRef) -> None:
 
 
 class MasterKey:
-    """The server secret (``LOOPWRIGHT_KMS_MASTER_KEY``) stretched by HKDF-SHA256 to AES-256."""
+    """The server secret (``LOOPWRIGHT_KMS_MASTER_KEY``) stretched by HKDF-SHA256 to AES-256.
 
-    __slots__ = ("_aead",)
+    ``previous``: the secret it replaces, while ``manage.py rotate_kms_master_key`` re-wraps
+    what that one wrapped; it only opens (``unwrap_material``, ``open``), never wraps.
+    """
 
-    def __init__(self, secret: str | bytes) -> None:
+    __slots__ = ("_aead", "_previous")
+
+    def __init__(self, secret: str | bytes, previous: str | bytes | None = None) -> None:
         raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
         if not raw:
             raise ValueError("the KMS master key secret is empty")
         hkdf = HKDF(algorithm=SHA256(), length=KEY_SIZE, salt=_MASTER_SALT, info=_MASTER_INFO)
         self._aead = AESGCM(hkdf.derive(raw))
+        self._previous = MasterKey(previous) if previous else None
 
     def __repr__(self) -> str:
         return "MasterKey(<redacted>)"
@@ -148,18 +153,53 @@ class MasterKey:
 
     def unwrap_material(self, wrapped: bytes, *, key_arn: str, version: int) -> bytes:
         """The material of ``key_arn`` version ``version``; ``TamperedError`` if it does not authenticate."""
-        failure = TamperedError(
+        if len(wrapped) == WRAPPED_SIZE:
+            opened = self._open_either(wrapped, _material_aad(key_arn, version))
+            if opened is not None:
+                return opened
+        raise TamperedError(
             f"material of key {key_arn} version {version} does not authenticate under the "
             "server master key (wrong master key, or the stored material was altered)"
         )
-        if len(wrapped) != WRAPPED_SIZE:
-            raise failure
-        try:
-            return self._aead.decrypt(
-                wrapped[:NONCE_SIZE], wrapped[NONCE_SIZE:], _material_aad(key_arn, version)
+
+    def seal(self, plaintext: bytes, *, purpose: str, context: Mapping[str, str]) -> bytes:
+        """Any secret the service keeps for itself (not a tenant key's material), bound to
+        ``purpose`` and ``context``: nonce || AES-GCM(plaintext) || tag."""
+        nonce = os.urandom(NONCE_SIZE)
+        return nonce + self._aead.encrypt(nonce, plaintext, _sealed_aad(purpose, context))
+
+    def open(self, sealed: bytes, *, purpose: str, context: Mapping[str, str]) -> bytes:
+        """What ``seal`` sealed with the same ``purpose`` and ``context``; ``TamperedError``
+        otherwise."""
+        opened = self._open_either(sealed, _sealed_aad(purpose, context))
+        if opened is None:
+            raise TamperedError(
+                f"a secret sealed for {purpose} does not authenticate under the server master "
+                "key (wrong master key, another context, or altered)"
             )
+        return opened
+
+    def opens_current(self, wrapped: bytes, *, key_arn: str, version: int) -> bool:
+        """Whether ``wrapped`` is already wrapped under this key itself (not ``previous``)."""
+        return self._open(wrapped, _material_aad(key_arn, version)) is not None
+
+    def _open_either(self, blob: bytes, aad: bytes) -> bytes | None:
+        opened = self._open(blob, aad)
+        if opened is None and self._previous is not None:
+            opened = self._previous._open(blob, aad)
+        return opened
+
+    def _open(self, blob: bytes, aad: bytes) -> bytes | None:
+        if len(blob) < NONCE_SIZE + TAG_SIZE:
+            return None
+        try:
+            return self._aead.decrypt(blob[:NONCE_SIZE], blob[NONCE_SIZE:], aad)
         except InvalidTag:
-            raise failure from None
+            return None
+
+
+def _sealed_aad(purpose: str, context: Mapping[str, str]) -> bytes:
+    return canonical_json({"context": normalize_context(context), "purpose": purpose})
 
 
 def _material_aad(key_arn: str, version: int) -> bytes:

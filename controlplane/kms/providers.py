@@ -10,17 +10,20 @@ from django.conf import settings
 from .keyring import KeyProvider, KeyRef, MasterKey, provider_for
 
 _lock = threading.Lock()
-_masters: dict[str, MasterKey] = {}
+_masters: dict[tuple[str, str | None], MasterKey] = {}
 _clients: dict[tuple[str | None, str], Any] = {}
 
 
 def master_key() -> MasterKey:
-    """``KMS_MASTER_KEY`` stretched to an AES key (derived once per secret)."""
-    secret = settings.KMS_MASTER_KEY
+    """The service's KMS master key: ``KMS_MASTER_KEY`` stretched to an AES key (derived once
+    per secret), opening also what ``KMS_MASTER_KEY_PREVIOUS`` wrapped while a rotation runs.
+    The one accessor for everything the service seals for itself (``MasterKey.seal``); whatever
+    is sealed with it registers its re-wrapping in ``master_rotation``."""
+    secrets = (settings.KMS_MASTER_KEY, settings.KMS_MASTER_KEY_PREVIOUS)
     with _lock:
-        if secret not in _masters:
-            _masters[secret] = MasterKey(secret)
-        return _masters[secret]
+        if secrets not in _masters:
+            _masters[secrets] = MasterKey(*secrets)
+        return _masters[secrets]
 
 
 def aws_client() -> Any:

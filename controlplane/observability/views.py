@@ -1,9 +1,10 @@
 """``GET /metrics``: the process's metrics and the database's, in Prometheus' text format.
 
-Two guards, either or both (docs: infra/README.md, "Metrics"): ``LOOPWRIGHT_METRICS_TOKEN``
-(the scraper sends ``Authorization: Bearer <token>``) and ``LOOPWRIGHT_METRICS_PORT`` (answered
-only on requests that arrive on that port, one gunicorn also binds and the load balancer does
-not forward). A refused scrape gets the 404 any unknown path gets.
+Two guards, either or both, and with neither it answers nobody (docs: infra/README.md,
+"Metrics"): ``LOOPWRIGHT_METRICS_TOKEN`` (the scraper sends ``Authorization: Bearer <token>``; the
+embedded default makes one) and ``LOOPWRIGHT_METRICS_PORT`` (answered only on requests that arrive
+on that port, one gunicorn also binds and the load balancer does not forward). A refused scrape
+gets the 404 any unknown path gets.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _allowed(request: HttpRequest) -> bool:
     if token:
         sent = request.META.get("HTTP_AUTHORIZATION", "")
         return hmac.compare_digest(sent.encode(), f"Bearer {token}".encode())
-    return True
+    return bool(port)
 
 
 def _process_registry() -> CollectorRegistry:

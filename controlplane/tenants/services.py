@@ -17,14 +17,25 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, NotFound
+from controlplane.install_secrets import LEGACY_SECRET_KEY
 
 from .models import Invitation, Membership, StorageLocation, Subnet, Tenant
 from .signals import membership_removed, own_login_event
 
 
-def key_digest(raw: str) -> str:
+def key_digest(raw: str, secret: str | None = None) -> str:
     """The HMAC under which a secret shown once (an invitation's token, an API key) is stored."""
-    return hmac.new(settings.SECRET_KEY.encode(), raw.encode(), hashlib.sha256).hexdigest()
+    key = settings.SECRET_KEY if secret is None else secret
+    return hmac.new(key.encode(), raw.encode(), hashlib.sha256).hexdigest()
+
+
+def key_digests(raw: str) -> list[str]:
+    """Every digest ``raw`` may be stored under, the current secret's first: then those of the
+    secrets being rotated out, and of the default the embedded install once used. Accepting an
+    old secret's digest here is safe where trusting its signatures is not: the digest of a
+    random 256-bit token proves only that the caller holds the token."""
+    earlier = [*settings.SECRET_KEY_FALLBACKS, LEGACY_SECRET_KEY]
+    return [key_digest(raw), *(key_digest(raw, s) for s in earlier if s != settings.SECRET_KEY)]
 
 
 def _clean_email(email: str, field: str = "email") -> str:
@@ -204,7 +215,7 @@ def invitation_accept(*, token: str, password: str | None = None, user=None) -> 
     """Join with a new account (``password``) or an existing logged-in ``user``."""
     invitation = (
         Invitation.objects.select_for_update()
-        .filter(digest=key_digest(token or ""), accepted_at__isnull=True)
+        .filter(digest__in=key_digests(token or ""), accepted_at__isnull=True)
         .first()
     )
     if invitation is None or invitation.expires_at <= timezone.now():

@@ -21,8 +21,17 @@ from controlplane.training_sessions.models import Operation, Recovery, Session
 
 from .wire import ModelRun, datum, fwdbwd, open_session
 
+TOKEN = "metrics-token-of-these-tests"
+
+
+@pytest.fixture(autouse=True)
+def metrics_token(settings):
+    """The scrape token these tests send (the embedded default makes one; so does production)."""
+    settings.METRICS_TOKEN = TOKEN
+
 
 def scrape(client: Client | None = None, **headers) -> dict[tuple[str, tuple], float]:
+    headers.setdefault("HTTP_AUTHORIZATION", f"Bearer {TOKEN}")
     r = (client or Client()).get("/metrics", **headers)
     assert r.status_code == 200, r.content
     assert r["Content-Type"].startswith("text/plain; version=")
@@ -96,7 +105,7 @@ def test_quota_refusals_by_limit(alice, settings) -> None:
 def test_requests_are_counted_by_pattern_never_by_path(alice, runtime) -> None:
     session_id = open_session(alice)
     alice.get(f"sessions/{session_id}")
-    text = Client().get("/metrics").content.decode()
+    text = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
     assert 'route="api/v1/sessions/<str:session_id>"' in text or "sessions/<" in text
     assert session_id not in text
 
@@ -105,7 +114,7 @@ def test_nothing_of_any_tenant_is_exposed(alice, charlie, runtime) -> None:
     run = ModelRun(alice, runtime, open_session(alice))
     run.run("forward_backward", forward_backward_input={"data": [datum([1, 2])], "loss_fn": "cross_entropy"})  # fmt: skip
     open_session(charlie)
-    text = Client().get("/metrics").content.decode()
+    text = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
     secrets = [run.id, alice.tenant.account_id, charlie.tenant.account_id, alice.key, charlie.key]
     secrets += list(Session.objects.values_list("id", flat=True))
     secrets += ["alice", "charlie", "acme", "example.com"]
@@ -121,8 +130,14 @@ def test_the_token_guard(settings, db) -> None:
 
 def test_the_port_guard(settings, db) -> None:
     settings.METRICS_PORT = 9100
+    settings.METRICS_TOKEN = ""
     assert Client().get("/metrics", SERVER_PORT="8000").status_code == 404
-    scrape(SERVER_PORT="9100")
+    scrape(SERVER_PORT="9100", HTTP_AUTHORIZATION="")
+
+
+def test_with_neither_guard_nobody_is_answered(settings, db) -> None:
+    settings.METRICS_PORT, settings.METRICS_TOKEN = 0, ""
+    assert Client().get("/metrics").status_code == 404
 
 
 def test_every_answer_carries_a_request_id(db) -> None:

@@ -65,7 +65,9 @@ class Stack:
             "PYTHONPATH": str(ROOT),
             "HF_HUB_OFFLINE": "1",
             "LOOPWRIGHT_DATA_DIR": str(data_dir),
-            "DJANGO_SECRET_KEY": secrets.token_hex(16),
+            # each stack's own secrets, as production sets them (the serve backend has none)
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(48),
+            "LOOPWRIGHT_KMS_MASTER_KEY": secrets.token_urlsafe(48),
             "LOOPWRIGHT_LONG_POLL_SECONDS": "10",
             "PYTHONUNBUFFERED": "1",
         }

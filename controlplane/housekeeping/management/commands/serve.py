@@ -1,7 +1,8 @@
 """Run the whole service on one machine: control plane, GPU worker(s), housekeeping.
 
-Embedded default: SQLite and a filesystem broker under LOOPWRIGHT_DATA_DIR, no other server.
-Prints the local API key and session role (kept in <data dir>/api-key and role-arn) and the URL.
+Embedded default: SQLite and a filesystem broker under LOOPWRIGHT_DATA_DIR, no other server; its
+secrets are made there on first start (controlplane/install_secrets.py). Prints the local API key
+and session role (kept in <data dir>/api-key and role-arn) and the URL.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from django.core.management.base import BaseCommand
 
 from controlplane.housekeeping.janitor import run_forever
 from controlplane.iam.provisioning import account_create
+from controlplane.install_secrets import LEGACY_SECRET_KEY
+from controlplane.kms.keyring import MasterKey
+from controlplane.kms.master_rotation import master_key_rewrap
+from controlplane.kms.providers import master_key
 
 DEFAULT_WORKERS = ["HuggingFaceTB/SmolLM2-135M-Instruct", "loopwright/tiny-byte-llama"]
 
@@ -47,6 +52,9 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
         call_command("migrate", verbosity=0)
+        # Data of an install from before the master key was its own: moved under it now.
+        legacy = MasterKey("loopwright-kms:" + LEGACY_SECRET_KEY)
+        master_key_rewrap(old=legacy, new=master_key(), strict=False)
         key, role_arn = self._local_account()
         children = [self._http(opts)]
         for i, base in enumerate(opts["base_models"] or DEFAULT_WORKERS):
@@ -61,6 +69,11 @@ class Command(BaseCommand):
             f"  export LOOPWRIGHT_ROLE_ARN={role_arn}\n"
             f"data: {settings.DATA_DIR}   (Ctrl-C stops)\n"
         )
+        if settings.METRICS_TOKEN:
+            self.stdout.write(
+                f"/metrics wants Authorization: Bearer <token>; the token is in "
+                f"{settings.DATA_DIR}/metrics-token unless LOOPWRIGHT_METRICS_TOKEN sets it\n"
+            )
         self._supervise(children, stop)
 
     def _local_account(self) -> tuple[str, str]:
@@ -83,25 +96,23 @@ class Command(BaseCommand):
         return account.api_key, account.session_role.arn
 
     def _http(self, opts) -> subprocess.Popen:
+        """gunicorn with the production config file (its logs scrubbed of secrets)."""
         cmd = [
             sys.executable,
             "-m",
             "gunicorn",
+            "-c",
+            "python:controlplane.gunicorn_conf",
             "controlplane.wsgi:application",
-            "--bind",
-            f"{opts['host']}:{opts['port']}",
-            "--worker-class",
-            "gthread",
-            "--workers",
-            "1",
-            "--threads",
-            str(opts["threads"]),
-            "--timeout",
-            "120",
-            "--access-logfile",
-            "-",
         ]
-        return subprocess.Popen(cmd)
+        env = {
+            **os.environ,
+            "LOOPWRIGHT_HTTP_HOST": opts["host"],
+            "LOOPWRIGHT_HTTP_PORT": str(opts["port"]),
+            "LOOPWRIGHT_HTTP_WORKERS": "1",
+            "LOOPWRIGHT_HTTP_THREADS": str(opts["threads"]),
+        }
+        return subprocess.Popen(cmd, env=env)
 
     def _worker(self, name: str, base_model: str, device: str) -> subprocess.Popen:
         cmd = [
