@@ -322,7 +322,19 @@ ROUTES: dict[Callable, dict[str, Op]] = {
             ],
         )
     },
-    models.signed_download: {"GET": Op(ok=OpenApiTypes.BINARY)},
+    models.signed_download: {
+        "GET": Op(
+            ok=OpenApiTypes.BINARY,
+            query=[
+                q(
+                    "token",
+                    str,
+                    "the link's signed claim (from external_weights_urls)",
+                    required=True,
+                )
+            ],
+        )
+    },
 }
 
 OPENAI_ROUTES: dict[type, dict[str, Op]] = {

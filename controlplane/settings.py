@@ -186,6 +186,8 @@ S3_ENDPOINT_URL = env.str("LOOPWRIGHT_S3_ENDPOINT_URL", default="") or None
 S3_REGION = env.str("LOOPWRIGHT_S3_REGION", default="us-east-1")
 # Downloads of model packages open checkpoints here (a private folder each); system temp if unset.
 DOWNLOAD_SCRATCH_DIR = env.str("LOOPWRIGHT_DOWNLOAD_SCRATCH_DIR", default="") or None
+# Signed download links (external_weights_urls) expire after this many seconds.
+DOWNLOAD_LINK_SECONDS = env.int("LOOPWRIGHT_DOWNLOAD_LINK_SECONDS", default=3600)
 MAX_REQUEST_BYTES = env.int("LOOPWRIGHT_MAX_REQUEST_BYTES", default=64 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_REQUEST_BYTES
 LONG_POLL_SECONDS = env.float("LOOPWRIGHT_LONG_POLL_SECONDS", default=25.0)

@@ -103,5 +103,5 @@ urlpatterns = [
         registry.version_download,
     ),
     path("registry/model-packages/download", registry.download_by_path),
-    path("registry/signed-downloads/<str:token>", models.signed_download),
+    path("registry/signed-downloads", models.signed_download),
 ]

@@ -53,6 +53,16 @@ def split_key(raw: str) -> str | None:
     return raw.split(".", 1)[0]
 
 
+def api_key_live(*, prefix: str, tenant_id) -> ApiKey | None:
+    """The tenant's key ``prefix`` if it is neither revoked nor expired."""
+    return (
+        ApiKey.objects.select_related("tenant", "role", "role__tenant")
+        .filter(prefix=prefix, tenant_id=tenant_id, revoked_at__isnull=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .first()
+    )
+
+
 def api_key_for(raw: str) -> ApiKey | None:
     """The live key matching ``raw``, compared in constant time; None if unknown or dead."""
     prefix = split_key(raw)

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 
 from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.fleet.selectors import base_model_get
+from controlplane.iam.access import authorize
 from controlplane.iam.resources import model_arn, session_arn
 from controlplane.operations import training
 from controlplane.registry.download_response import package_download_response
@@ -221,7 +222,7 @@ def external_weights_urls(request: Request, model_id: str, checkpoint_id: str) -
             tenant=tenant,
             path=path,
             authorize=lambda action, resource: allow(request, action, resource),
-            actor=principal_of(request).arn,
+            principal=principal_of(request),
             base_url=request.build_absolute_uri("/").rstrip("/"),
         )
     )
@@ -232,17 +233,22 @@ def external_weights_urls(request: Request, model_id: str, checkpoint_id: str) -
 @permission_classes([AllowAny])
 @throttle_classes([])
 @content_negotiation_class(GzipOrJSON)
-def signed_download(request: Request, token: str) -> StreamingHttpResponse:
-    """What a link of ``external_weights_urls`` downloads: the registry's archive of the package
-    (adapter or merged), as its issuer was allowed when the link was made."""
-    package, fmt, actor = external_weights.link_open(token)
+def signed_download(request: Request) -> StreamingHttpResponse:
+    """What a link of ``external_weights_urls`` downloads (``?token=``): the registry's archive
+    of the package (adapter or merged), authorized and audited as the link's issuer, now."""
+    link = external_weights.link_open(request.query_params.get("token", ""))
+
+    def as_issuer(action: str, resource: str) -> None:
+        authorize(link.principal, action, resource, request=request)
+
+    as_issuer("sessions:GetCheckpointDownloadLinks", link.resource)
     return package_download_response(
-        package=package,
-        format=fmt,
+        package=link.package,
+        format=link.format,
         include_optimizer=False,
         field="token",
-        authorize=lambda action, resource: None,  # authorized (and audited) when issued
-        actor=actor,
+        authorize=as_issuer,
+        actor=link.principal.arn,
     )
 
 
