@@ -38,7 +38,13 @@ class SignupForm(PlainForm):
 class AcceptForm(PlainForm):
     """Joining an account by invitation: a password for a new login (none when signed in)."""
 
-    token = forms.CharField(widget=forms.HiddenInput, max_length=200)
+    # Filled from the link's fragment (#token=…) by the page's script; typed in without it.
+    token = forms.CharField(
+        label="Invitation code",
+        max_length=200,
+        help_text="The part of your link after #token=.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
     password = forms.CharField(
         label="Choose a password",
         strip=False,

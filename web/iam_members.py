@@ -96,7 +96,8 @@ def member_invite(request: HttpRequest) -> HttpResponse:
     if made is None:
         return members_page(request, form, status=400)
     invitation, token = made
-    link = request.build_absolute_uri(f"/invitations/accept?token={token}")
+    # the token in the fragment: browsers send it to no server, so no log or Referer has it
+    link = request.build_absolute_uri("/invitations/accept") + f"#token={token}"
     # post/redirect/get: the link is shown by the invitation's page, once; the token is stored
     # nowhere but as a digest
     shown_once.keep(request, "invitation", str(invitation.pk), {"link": link})

@@ -35,7 +35,11 @@ def logging_config(*, fmt: str, level: str) -> dict:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {fmt: formatters[fmt]},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": fmt}},
+        # no token, key or signature reaches a log line, the access log's URLs included
+        "filters": {"scrub": {"()": "controlplane.observability.scrub.ScrubFilter"}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": fmt, "filters": ["scrub"]}
+        },
         "root": {"handlers": ["console"], "level": level},
         # gunicorn's own loggers (its config file passes this dict on)
         "loggers": {

@@ -383,7 +383,7 @@ def _invite(person, email: str, role: str = "member") -> str:
     r = person.get(made["Location"])
     assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
     page = r.content.decode()
-    match = re.search(r"/invitations/accept\?token=(inv-[\w-]+)", page)
+    match = re.search(r"/invitations/accept#token=(inv-[\w-]+)", page)
     assert match and "shown <strong>only now</strong>" in page
     return match.group(1)
 
@@ -396,8 +396,10 @@ def test_invite_a_new_person_who_joins_with_a_password(alice, bob, charlie) -> N
     token = _invite(alice, "carol@example.com")
     assert not Invitation.objects.filter(digest__contains=token).exists()  # a digest only
     carol = Client()
-    form = carol.get(f"/invitations/accept?token={token}")
+    form = carol.get("/invitations/accept")  # the token stays in the link's fragment
     assert form.status_code == 200 and "Choose a password" in form.content.decode()
+    assert "Invitation code" in form.content.decode()
+    assert form["Referrer-Policy"] == "no-referrer"
     weak = carol.post("/invitations/accept", {"token": token, "password": "short"})
     assert weak.status_code == 400 and "password" in weak.content.decode().lower()
     joined = carol.post("/invitations/accept", {"token": token, "password": PASSWORD})

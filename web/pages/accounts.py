@@ -148,7 +148,9 @@ def login_view(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_http_methods(["GET", "POST"])
 def invitation_accept(request: HttpRequest) -> HttpResponse:
-    """Join an account from an invitation link: as the person signed in, or as a new login."""
+    """Join an account from an invitation link: as the person signed in, or as a new login. The
+    link carries its token in the fragment, which the page's script puts in the form; a link
+    of the older form (``?token=``) still works, its token scrubbed from the logs."""
     signed_in = request.user if request.user.is_authenticated else None
     token = request.GET.get("token", "")
     form = AcceptForm(request.POST if request.method == "POST" else None, initial={"token": token})
@@ -176,12 +178,14 @@ def invitation_accept(request: HttpRequest) -> HttpResponse:
             return redirect(HOME)
     else:
         status_code = 400 if form.is_bound else 200
-    return render(
+    response = render(
         request,
         "web/accounts/accept.html",
         {"form": form, "signed_in": signed_in},
         status=status_code,
     )
+    response["Referrer-Policy"] = "no-referrer"  # an old link's ?token= goes nowhere else
+    return response
 
 
 @require_POST

@@ -198,8 +198,34 @@ function estimates() {
   }
 }
 
+function invitationCode() {
+  // An invitation link carries its token in the fragment (#token=…), which browsers send to no
+  // server: put it in the form, and take it out of the address bar.
+  const form = document.querySelector("form[data-invitation]");
+  const found = /^#token=([\w-]{1,200})$/.exec(location.hash);
+  if (!form || !found) return;
+  const input = form.querySelector("input[name=token]");
+  input.value = found[1];
+  input.closest(".row").hidden = true;
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+function backLinks() {
+  // <a data-back>: the previous page when there is one (the href is the fallback).
+  for (const link of document.querySelectorAll("a[data-back]")) {
+    link.addEventListener("click", (event) => {
+      if (history.length > 1) {
+        event.preventDefault();
+        history.back();
+      }
+    });
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   enhance(document);
+  invitationCode();
+  backLinks();
   copyButtons();
   confirmations();
   liveRegions();
