@@ -66,6 +66,8 @@ MIDDLEWARE = [
     "controlplane.api.middleware.ServerTimingMiddleware",
     "controlplane.api.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.edge.headers.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -176,6 +178,27 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"  # with the CSP's frame-ancestors 'none': no page is framed
+# Served over HTTPS by a proxy that terminates TLS and sets X-Forwarded-Proto (on in
+# infra/compose.yaml and the chart; docs/security.md, "Headers, cookies and TLS"): Secure
+# cookies, HSTS, plain HTTP redirected, and the proxy's X-Forwarded-Proto believed, so that
+# request.is_secure() and the condition key loopwright:SecureTransport are true behind it. Off,
+# X-Forwarded-Proto is never believed.
+TLS_PROXY = env.bool("LOOPWRIGHT_TLS_PROXY", default=False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = TLS_PROXY
+if TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    # probes and scrapes reach the pods themselves, in plain HTTP
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/healthz$", r"^metrics$"]
+    SECURE_HSTS_SECONDS = env.int("LOOPWRIGHT_HSTS_SECONDS", default=365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("LOOPWRIGHT_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = env.bool("LOOPWRIGHT_HSTS_PRELOAD", default=False)
+SILENCED_SYSTEM_CHECKS = [
+    # HSTS preload: submitting a domain to the browsers' preload list binds every subdomain for
+    # months and is the operator's decision (LOOPWRIGHT_HSTS_PRELOAD), not a default.
+    "security.W021",
+]
 
 # -- Loopwright ----------------------------------------------------------------------------
 BROKER_URL = env.str("LOOPWRIGHT_BROKER_URL", default="filesystem://")

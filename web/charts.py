@@ -87,7 +87,9 @@ def _frame(
 
 def _legend(series: Sequence[Series]) -> str:
     items = "".join(
-        f'<li><span class="swatch" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+        # an SVG square, not a style attribute: the pages' CSP allows no inline style
+        f'<li><svg class="swatch" viewBox="0 0 1 1" aria-hidden="true">'
+        f'<rect width="1" height="1" fill="{PALETTE[i % len(PALETTE)]}"/></svg>'
         f"{escape(s.name)}</li>"
         for i, s in enumerate(series)
     )

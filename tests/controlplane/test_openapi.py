@@ -117,11 +117,15 @@ def test_the_docs_page_and_its_assets_are_served_here(client) -> None:
     page = client.get("/api/v1/docs")
     assert page.status_code == 200
     html = page.content.decode()
-    assert "/api/v1/schema" in html and "https://" not in html  # no CDN
+    assert "https://" not in html and "<script>" not in html  # no CDN, no inline script
+    assert "script-src 'self'" in page["Content-Security-Policy"]
     asset = re.search(r'src="(/static/drf_spectacular_sidecar/[^"]+\.js)"', html).group(1)
     served = client.get(asset)
     assert served.status_code == 200
     served.close()
+    start = re.search(r'src="(/api/v1/docs\?[^"]*script[^"]*)"', html).group(1)
+    script = client.get(start.replace("&amp;", "&"))
+    assert script.status_code == 200 and "/api/v1/schema" in script.content.decode()
 
 
 def test_charlie_gets_404_on_what_the_document_describes(alice, charlie) -> None:

@@ -48,7 +48,16 @@ def browser_page(width: int = 1280, height: int = 900, color_scheme: str = "ligh
             context = browser.new_context(
                 viewport={"width": width, "height": height}, color_scheme=color_scheme
             )
-            yield context.new_page()
+            page = context.new_page()
+            # every page keeps to its Content-Security-Policy: a refused script, style or frame
+            # is reported on the console, and fails the test
+            refused: list[str] = []
+            page.on(
+                "console",
+                lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None,
+            )
+            yield page
+            assert not refused, f"the CSP refused: {refused}"
         finally:
             # While Playwright's loop runs in this thread, the ORM's queries (a test checking
             # the database between clicks) get connections of their own: close them here, or
