@@ -294,3 +294,60 @@ class Stack:
             if path.exists():
                 parts.append(f"--- {name} ---\n" + path.read_text(errors="replace")[-4000:])
         return "\n".join(parts)
+
+
+class ServeStack(Stack):
+    """The service as ``make serve`` starts it: ``python manage.py serve`` on the embedded
+    default (SQLite, filesystem broker) with no secret in its environment, so it makes its own
+    in its data folder; alice is the local account it makes, charlie a tenant added beside it.
+    Every process's output (gunicorn's access log included) is in ``serve.log``."""
+
+    UNSET = ("DJANGO_SECRET_KEY", "LOOPWRIGHT_KMS_MASTER_KEY", "LOOPWRIGHT_METRICS_TOKEN")
+
+    def __init__(self, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+        super().__init__("embedded", data_dir, env=env)
+        for name in (*self.UNSET, "DJANGO_SECRET_KEY_FALLBACKS", "DJANGO_DEBUG"):
+            self.env.pop(name, None)
+
+    def start(self) -> ServeStack:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.http_proc = self._spawn(
+                "serve",
+                [sys.executable, "manage.py", "serve", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--base-model", TINY, "--threads", "16"],
+                group=True,
+            )  # fmt: skip
+            key_file, role_file = self.data_dir / "api-key", self.data_dir / "role-arn"
+            deadline = time.monotonic() + 120
+            while not (key_file.exists() and role_file.exists()):
+                if self.http_proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"manage.py serve did not start: {self.logs()}")
+                time.sleep(0.2)
+            self.keys["alice"] = key_file.read_text().strip()
+            self.roles["alice"] = role_file.read_text().strip()
+            self.accounts["alice"] = self.roles["alice"].split(":")[4]
+            account = json.loads(self._manage("create_tenant", "--name", "charlie", "--json"))
+            self.keys["charlie"], self.roles["charlie"] = (
+                account["api_key"],
+                account["session_role_arn"],
+            )
+            self.accounts["charlie"] = account["account_id"]
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.http_proc is not None and self.http_proc.poll() is None:
+            self.http_proc.send_signal(signal.SIGTERM)  # serve stops its children itself
+            try:
+                self.http_proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.http_proc.pid, signal.SIGKILL)
+        super().stop()
+
+    def logs(self) -> str:
+        path = self.data_dir / "serve.log"
+        return path.read_text(errors="replace") if path.exists() else ""
