@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import secrets
 import statistics
 import time
 from datetime import UTC, date, datetime, timedelta
@@ -18,6 +19,9 @@ from decimal import Decimal
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/loopwright")
+# a throwaway database's own secrets (production reads them from its environment too)
+os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(48))
+os.environ.setdefault("LOOPWRIGHT_KMS_MASTER_KEY", secrets.token_urlsafe(48))
 
 import django
 
