@@ -18,7 +18,7 @@ from pathlib import Path
 
 from controlplane.observability.logs import logging_config
 
-_host = os.environ.get("LOOPWRIGHT_HTTP_HOST", "0.0.0.0")
+_host = os.environ.get("LOOPWRIGHT_HTTP_HOST", "0.0.0.0")  # noqa: S104 — a container's port; LOOPWRIGHT_HTTP_HOST narrows it
 _port = int(os.environ.get("LOOPWRIGHT_HTTP_PORT", "8000"))
 _metrics_port = int(os.environ.get("LOOPWRIGHT_METRICS_PORT", "0") or 0)
 

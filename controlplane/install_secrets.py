@@ -12,7 +12,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 # Values published in code or docs at some time: never accepted as a secret, whatever the mode.
-LEGACY_SECRET_KEY = "insecure-development-key-change-me"
+LEGACY_SECRET_KEY = "insecure-development-key-change-me"  # noqa: S105 — a published value refused as a secret, or a file name
 KNOWN_DEFAULTS = frozenset(
     {
         LEGACY_SECRET_KEY,
@@ -26,10 +26,10 @@ KNOWN_DEFAULTS = frozenset(
 _KNOWN_PREFIXES = ("django-insecure-",)
 
 # The files of the embedded default, in its data folder.
-SECRET_KEY_FILE = "secret-key"
-SECRET_KEY_FALLBACKS_FILE = "secret-key.previous"
+SECRET_KEY_FILE = "secret-key"  # noqa: S105 — a published value refused as a secret, or a file name
+SECRET_KEY_FALLBACKS_FILE = "secret-key.previous"  # noqa: S105 — a published value refused as a secret, or a file name
 KMS_MASTER_KEY_FILE = "kms-master-key"
-METRICS_TOKEN_FILE = "metrics-token"
+METRICS_TOKEN_FILE = "metrics-token"  # noqa: S105 — a published value refused as a secret, or a file name
 
 
 def is_known_default(value: str) -> bool:

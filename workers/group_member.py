@@ -215,7 +215,7 @@ class GroupMember:
         """On a worker that cannot hold its base whole, every rank shards it over the group
         (FSDP) before any adapter is made."""
         if self.rt.shard_ranks > 1:
-            assert self._group is not None
+            assert self._group is not None  # noqa: S101 — an invariant of this code, not a check of input
             shard_base(self.rt.host, self._group)
             log.info("replica group %s: base sharded over %d ranks", m.group_id, m.world_size)
 

@@ -84,7 +84,7 @@ def serve(
     handler = type(
         "Handler", (_Handler,), {"lease": staticmethod(lease), "stale_after": stale_after}
     )
-    server = ThreadingHTTPServer(("0.0.0.0", port), handler)
+    server = ThreadingHTTPServer(("0.0.0.0", port), handler)  # noqa: S104 — the pod's probe and scrape port, inside the cluster
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="worker-telemetry", daemon=True).start()
     log.info("worker metrics and probes on port %d", server.server_address[1])

@@ -63,7 +63,7 @@ def decide(
     context: Mapping[str, Any] | None = None,
 ) -> tuple[Decision, AuditEvent]:
     """The decision and its audit row, not yet written (``check`` writes it)."""
-    assert action in ACTIONS, f"undocumented action {action}"
+    assert action in ACTIONS, f"undocumented action {action}"  # noqa: S101 — an invariant of this code, not a check of input
     values = request_context(principal, request) | dict(context or {})
     decision = evaluate(
         principal.policies(), AccessRequest(action, resource, principal.arn, values)

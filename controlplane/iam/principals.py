@@ -71,6 +71,6 @@ def policies_of(
 ) -> list[tuple[str, PolicyDocument]]:
     if role is not None:
         return [(p.name, PolicyDocument.parse(p.document)) for p in role.policies.all()]
-    assert membership is not None
+    assert membership is not None  # noqa: S101 — an invariant of this code, not a check of input
     inline = [(p.name, PolicyDocument.parse(p.document)) for p in membership.policies.all()]
     return [(f"membership:{membership.role}", membership_policy(membership.role)), *inline]

@@ -105,7 +105,7 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
         SELECT (SELECT count(*) FROM done), EXISTS (
             SELECT 1 FROM {ops} WHERE worker_id = %s AND status = %s
         )
-    """
+    """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
     result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
     params = [Operation.Status.DONE, result_db, now, op.pk, Operation.Status.RUNNING]
     params += [fence.worker_id, *fence_params]

@@ -422,7 +422,7 @@ def _model_locked(
         LEFT JOIN {workers} w ON w.id = m.worker_id
         LEFT JOIN {ops} e ON e.model_id = m.id AND e.seq_id = %s
         WHERE m.tenant_id = %s AND m.id = %s{lock}
-    """
+    """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
     tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
     with connection.cursor() as cursor:
         cursor.execute(sql, [seq_id, tenant_id, model_id])

@@ -163,7 +163,7 @@ def operation_queue_state(op: Operation) -> tuple[str, str | None]:
 def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
     """The checkpoint at a ``tinker://`` path, or the one a model package version ARN holds."""
     if tinker_path.startswith("arn:"):
-        assert _version_path is not None, "the registry app resolves version ARNs"
+        assert _version_path is not None, "the registry app resolves version ARNs"  # noqa: S101 — an invariant of this code, not a check of input
         tinker_path = _version_path(tenant=tenant, arn=tinker_path, field=field)
     try:
         return Checkpoint.objects.select_related("model").get(

@@ -47,7 +47,7 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based)."""
         base = min(self.initial_delay * 2 ** min(attempt, 30), self.max_delay)
-        return max(0.0, base * (1 + self.jitter * (2 * random.random() - 1)))
+        return max(0.0, base * (1 + self.jitter * (2 * random.random() - 1)))  # noqa: S311 — retry jitter, not a secret
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -88,7 +88,7 @@ def peft_config(cfg: AdapterConfig, targets: dict[str, list[str]]) -> peft.LoraC
 
 def adapter_name(model_id: str) -> str:
     """peft adapter names must be identifiers that do not collide with its own prefixes."""
-    return "lw_" + hashlib.sha1(model_id.encode()).hexdigest()[:16]
+    return "lw_" + hashlib.sha1(model_id.encode()).hexdigest()[:16]  # noqa: S324 — a short name for an adapter, not a security digest
 
 
 @dataclass

@@ -393,7 +393,7 @@ class _Run:
     def _step(self) -> None:
         """Feed every running row its last token, draw the next, and drop rows that stopped."""
         run = self.running
-        assert run is not None
+        assert run is not None  # noqa: S101 — an invariant of this code, not a check of input
         mask = torch.cat([run.mask_R_L, run.mask_R_L.new_ones(len(run.rows), 1)], dim=1)
         positions = run.positions_R + 1
         plan = RowPlan.of([self.adapters[r.job] for r in run.rows], self.s.device)

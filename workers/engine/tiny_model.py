@@ -39,7 +39,7 @@ def byte_symbols() -> list[str]:
 def build_tiny_tokenizer() -> PreTrainedTokenizerFast:
     """Byte-level BPE without merges: token id = byte value (0..255), then pad, bos, eos."""
     symbols = byte_symbols()
-    assert set(symbols) == set(pre_tokenizers.ByteLevel.alphabet())
+    assert set(symbols) == set(pre_tokenizers.ByteLevel.alphabet())  # noqa: S101 — an invariant of this code, not a check of input
     vocab = {symbol: byte for byte, symbol in enumerate(symbols)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -117,7 +117,7 @@ def _flag(request: Request, name: str) -> bool:
 def _paging(request: Request) -> tuple[int, int]:
     limit = query_int(request, "limit", 100, 1, 1000)
     offset = query_int(request, "offset", 0, 0, 2**31)
-    assert limit is not None and offset is not None
+    assert limit is not None and offset is not None  # noqa: S101 — an invariant of this code, not a check of input
     return limit, offset
 
 

@@ -79,14 +79,14 @@ def _run(spec: dict[str, Any]) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__solution__", "__builtins__": __builtins__}
     tests: list[str] = spec["tests"]
     try:
-        exec(compile(spec["solution"], "solution.py", "exec"), namespace)
+        exec(compile(spec["solution"], "solution.py", "exec"), namespace)  # noqa: S102 — running the model's code is this sandboxed child's whole purpose
     except BaseException as exc:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return {"loaded": False, "error": error, "results": [[False, error]] * len(tests)}
     results = []
     for index, test in enumerate(tests):
         try:
-            exec(compile(test, f"test_{index}", "exec"), namespace)
+            exec(compile(test, f"test_{index}", "exec"), namespace)  # noqa: S102 — running the model's code is this sandboxed child's whole purpose
             results.append([True, ""])
         except BaseException as exc:
             message = "".join(traceback.format_exception_only(type(exc), exc)).strip()

@@ -178,7 +178,7 @@ class Rollouts:
         """The next finished group (oldest first), keeping ``in_flight_target`` groups going."""
         while not self.ready:
             while len(self.in_flight) < self.target:
-                assert self.sampler is not None, "set_policy() first"
+                assert self.sampler is not None, "set_policy() first"  # noqa: S101 — an invariant of this code, not a check of input
                 self.in_flight.add(
                     self.pool.submit(self.run, self.stream.next(), self.sampler, self.version)
                 )

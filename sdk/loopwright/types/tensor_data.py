@@ -117,7 +117,7 @@ class TensorData(RequestModel):
         values = np.asarray(self.data, dtype=np_dtype)
         if not self.is_sparse:
             return values.reshape(self.shape) if self.shape is not None else values
-        assert self.shape is not None and self.sparse_crow_indices is not None
+        assert self.shape is not None and self.sparse_crow_indices is not None  # noqa: S101 — an invariant of this code, not a check of input
         dense = np.zeros(self.shape, dtype=np_dtype)
         rows = np.repeat(np.arange(self.shape[0]), np.diff(self.sparse_crow_indices))
         dense[rows, np.asarray(self.sparse_col_indices, dtype=np.int64)] = values

@@ -112,7 +112,7 @@ class Command(BaseCommand):
             "LOOPWRIGHT_HTTP_WORKERS": "1",
             "LOOPWRIGHT_HTTP_THREADS": str(opts["threads"]),
         }
-        return subprocess.Popen(cmd, env=env)
+        return subprocess.Popen(cmd, env=env)  # noqa: S603 — our own interpreter and modules, fixed arguments
 
     def _worker(self, name: str, base_model: str, device: str) -> subprocess.Popen:
         cmd = [
@@ -126,7 +126,7 @@ class Command(BaseCommand):
             "--device",
             device,
         ]
-        return subprocess.Popen(cmd)
+        return subprocess.Popen(cmd)  # noqa: S603 — our own interpreter and modules, fixed arguments
 
     def _supervise(self, children: list[subprocess.Popen], stop: threading.Event) -> None:
         def shutdown(*_):
