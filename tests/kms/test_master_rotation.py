@@ -125,3 +125,20 @@ def test_what_the_service_seals_for_itself_opens_only_in_its_context() -> None:
     assert master.open(by_previous, purpose="test", context={}) == b"old"
     with pytest.raises(TamperedError):
         MasterKey("p" * 64).open(sealed, purpose="test", context={"id": "1"})
+
+
+def test_an_install_from_before_moves_its_keys_off_the_derived_master_key(settings) -> None:
+    """What ``manage.py serve`` does at start: material wrapped under the key once derived from
+    the published default moves under the install's own; anything else is left alone."""
+    from controlplane.install_secrets import LEGACY_SECRET_KEY
+    from controlplane.kms.master_rotation import master_key_rewrap
+
+    legacy = "loopwright-kms:" + LEGACY_SECRET_KEY
+    settings.KMS_MASTER_KEY, settings.KMS_MASTER_KEY_PREVIOUS = legacy, None
+    tenant = tenant_create(name="acme")
+    arn, blobs = sealed_data(tenant)
+    settings.KMS_MASTER_KEY = "own" * 20
+    counts = master_key_rewrap(old=MasterKey(legacy), new=providers.master_key(), strict=False)
+    assert counts["kms key versions"] == 2
+    assert opened(tenant, arn, blobs) == [b"before", b"rotated"]
+    assert len(unopenable(MasterKey(legacy))) == 2
