@@ -89,10 +89,21 @@ def member_invite(request: HttpRequest) -> HttpResponse:
         email = data["email"].strip().lower()
         allow(request, "iam:CreateUser", user_arn(request.tenant, email))
         return services.invitation_create(
-            tenant=request.tenant, email=email, role=data["role"], actor=request.principal.arn
+            tenant=request.tenant,
+            email=email,
+            role=data["role"],
+            actor=request.principal.arn,
+            acting_membership=request.principal.membership,
         )
 
-    made = submit(form, invite)
+    try:
+        made = submit(form, invite)
+    except DomainError as exc:  # who may grant what (403): said under the role field
+        if exc.status != 403 or exc.field != "role":
+            raise
+        note_failure(exc.detail)
+        form.add_error("role", exc.detail.removeprefix("role: "))
+        return members_page(request, form, status=403)
     if made is None:
         return members_page(request, form, status=400)
     invitation, token = made
@@ -148,7 +159,20 @@ def member_role(request: HttpRequest, username: str) -> HttpResponse:
     allow(request, "iam:UpdateUser", user_arn(request.tenant, username.lower()))
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     form = RoleForm(request.POST)
-    if submit(form, lambda d: services.membership_set_role(membership=membership, role=d["role"])):
+    acting = request.principal.membership
+    try:
+        changed = submit(
+            form,
+            lambda d: services.membership_set_role(
+                membership=membership, role=d["role"], acting_membership=acting
+            ),
+        )
+    except DomainError as exc:  # who may grant what (403): said on the member's page
+        if exc.status != 403:
+            raise
+        form.add_error("role", exc.detail.removeprefix("role: "))
+        changed = None
+    if changed:
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     else:
         refused = " ".join(str(e) for e in form.errors.get("role", ["refused"]))
@@ -163,9 +187,11 @@ def member_remove(request: HttpRequest, username: str) -> HttpResponse:
     allow(request, "iam:DeleteUser", user_arn(request.tenant, username.lower()))
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     try:
-        services.membership_remove(membership=membership)
+        services.membership_remove(
+            membership=membership, acting_membership=request.principal.membership
+        )
     except DomainError as exc:
-        if exc.status != 409:
+        if exc.status not in (403, 409):
             raise
         note_failure(exc.detail)
         messages.error(request, exc.detail)
