@@ -210,6 +210,13 @@ SNAPSHOT_EVERY_STEPS = env.int("LOOPWRIGHT_SNAPSHOT_EVERY_STEPS", default=20)
 SNAPSHOT_EVERY_SECONDS = env.float("LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS", default=120.0)
 # A stopping worker finishes its operation, snapshots and hands over within this many seconds.
 WORKER_STOP_SECONDS = env.float("LOOPWRIGHT_WORKER_STOP_SECONDS", default=60.0)
+# The HTTP server (controlplane/serving, infra/README.md): a request's headers and whole body
+# must arrive within this many seconds (408 past it); open connections per client address in
+# each server process (0: no cap; not applied behind LOOPWRIGHT_TRUSTED_PROXIES).
+HTTP_REQUEST_DEADLINE_SECONDS = env.float("LOOPWRIGHT_HTTP_REQUEST_DEADLINE", default=60.0)
+HTTP_MAX_CONNECTIONS_PER_ADDRESS = env.int(
+    "LOOPWRIGHT_HTTP_MAX_CONNECTIONS_PER_ADDRESS", default=64
+)
 # Hops of X-Forwarded-For written by proxies we run (0: believe only the socket's address).
 TRUSTED_PROXIES = env.int("LOOPWRIGHT_TRUSTED_PROXIES", default=0)
 AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)

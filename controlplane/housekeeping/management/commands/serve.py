@@ -83,25 +83,24 @@ class Command(BaseCommand):
         return account.api_key, account.session_role.arn
 
     def _http(self, opts) -> subprocess.Popen:
+        """The control plane as production runs it (``controlplane.gunicorn_conf``), on this
+        machine's address, with its access log on standard output."""
         cmd = [
             sys.executable,
             "-m",
             "gunicorn",
-            "controlplane.wsgi:application",
-            "--bind",
-            f"{opts['host']}:{opts['port']}",
-            "--worker-class",
-            "gthread",
-            "--workers",
-            "1",
-            "--threads",
-            str(opts["threads"]),
-            "--timeout",
-            "120",
+            "-c",
+            "python:controlplane.gunicorn_conf",
             "--access-logfile",
             "-",
+            "controlplane.wsgi:application",
         ]
-        return subprocess.Popen(cmd)
+        env = os.environ | {
+            "LOOPWRIGHT_HTTP_HOST": opts["host"],
+            "LOOPWRIGHT_HTTP_PORT": str(opts["port"]),
+            "LOOPWRIGHT_HTTP_THREADS": str(opts["threads"]),
+        }
+        return subprocess.Popen(cmd, env=env)
 
     def _worker(self, name: str, base_model: str, device: str) -> subprocess.Popen:
         cmd = [
