@@ -4,9 +4,13 @@ past the limits on wildcards and condition values is refused when it is written.
 
 from __future__ import annotations
 
+import html
+import json
 import re
+import threading
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +25,8 @@ from controlplane.iam.policy_limits import (
     MAX_PATTERN_WILDCARDS,
     check_policy_limits,
 )
+
+from .served import Served, browser, csrf
 
 PROPERTIES = settings(max_examples=400, deadline=None, database=None)
 ALPHABET = "ab*?" + LITERAL_STAR + LITERAL_QMARK
@@ -196,3 +202,74 @@ def test_condition_values_of_a_document_are_capped_together() -> None:
         assert str(MAX_DOCUMENT_CONDITION_VALUES) in str(error)
     else:
         raise AssertionError("accepted")
+
+
+# -- against a live stack ----------------------------------------------------------------------
+
+REVIEW_PATTERN = "*a*a*a*a*a*b"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    running = Served(tmp_path_factory.mktemp("policy-matching")).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _deny_agents(pattern: str) -> dict:
+    condition = {"StringLike": {"loopwright:UserAgent": pattern}}
+    statement = {"Effect": "Deny", "Action": "iam:ListUsers", "Resource": "*"}
+    return {"Version": "2012-10-17", "Statement": [statement | {"Condition": condition}]}
+
+
+@pytest.mark.e2e
+def test_the_review_pattern_against_a_long_user_agent_stalls_nobody(served) -> None:
+    """The policy of the review on alice's own requests, with a User-Agent as long as a header
+    may be: alice is answered, and charlie, asking at the same time, too (the backtracking
+    matcher ran for hours on such input and held every other tenant's request)."""
+    alice, charlie = served.signup("alice", "127.0.0.11"), served.signup("charlie", "127.0.0.12")
+    policy_url = "/api/v1/iam/users/alice@example.com/policies/agents"
+    with served.client("127.0.0.11", headers={"X-API-Key": alice["api_key"]}) as client:
+        r = client.put(policy_url, json={"document": _deny_agents(REVIEW_PATTERN)})
+        assert r.status_code == 200, r.text
+        outcomes: dict[str, int] = {}
+
+        def others() -> None:
+            with served.client("127.0.0.12", headers={"X-API-Key": charlie["api_key"]}) as c:
+                outcomes["charlie"] = c.get("/api/v1/auth/whoami").status_code
+
+        for agent, status in (("a" * 8000, 200), ("a" * 7999 + "b", 403)):
+            other = threading.Thread(target=others)
+            other.start()
+            r = client.get("/api/v1/iam/users", headers={"User-Agent": agent})
+            other.join()
+            assert r.status_code == status, r.text
+            assert outcomes["charlie"] == 200
+        r = client.put(policy_url, json={"document": _deny_agents("*a" * 16 + "*b")})
+        assert r.status_code == 400
+        assert r.json()["field"] == "document.Statement[0].Condition.StringLike"
+        assert "the limit is 16" in r.json()["detail"]
+
+
+@pytest.mark.e2e
+def test_the_dashboard_editor_refuses_a_policy_past_the_limits(served) -> None:
+    served.signup("dana", "127.0.0.13")
+    dana = browser(served, "127.0.0.13", "dana@example.com")
+    try:
+        url = "/iam/users/dana@example.com/policies/new"
+        document = json.dumps(_deny_agents("*a" * 16 + "*b"), indent=2)
+        r = dana.post(
+            url,
+            data={
+                "policy_name": "agents",
+                "document": document,
+                "csrfmiddlewaretoken": csrf(dana, url),
+            },
+        )
+        assert r.status_code == 400
+        assert "the limit is 16" in html.unescape(r.text)
+        assert dana.get("/iam/users/dana@example.com/policies/agents").status_code == 404
+    finally:
+        dana.close()
