@@ -223,7 +223,7 @@ AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)
 # Password logins: this many failures of one account from one address in the window throttle it
 LOGIN_FAILURE_LIMIT = env.int("LOOPWRIGHT_LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOOPWRIGHT_LOGIN_FAILURE_WINDOW", default=15 * 60)
-# ... and this many from one address, whatever the accounts (docs/security.md, "Limits").
+# ... and this many from one address, whatever the accounts (docs/security.md, "Abuse limits").
 LOGIN_ADDRESS_FAILURE_LIMIT = env.int(
     "LOOPWRIGHT_LOGIN_ADDRESS_FAILURE_LIMIT", default=4 * LOGIN_FAILURE_LIMIT
 )

@@ -1,6 +1,6 @@
 """Limits a policy document must keep to be saved, so that evaluating it stays cheap whatever a
 request carries: wildcards per pattern, characters per condition value, values per condition key
-and condition values per document (docs/security.md, "Limits")."""
+and condition values per document (docs/security.md, "Abuse limits")."""
 
 from __future__ import annotations
 

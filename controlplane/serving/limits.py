@@ -1,4 +1,4 @@
-"""What the HTTP server holds a client to (docs/security.md, "Limits"), read once per worker
+"""What the HTTP server holds a client to (docs/security.md, "Abuse limits"), read once per worker
 process from Django's settings and gunicorn's, and the count of open connections per address."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from .served import PASSWORD, Served, browser, csrf
 
 pytestmark = pytest.mark.e2e
 
-SIGNUP_ADDRESS_LIMIT = 10  # the defaults (docs/security.md, "Limits")
+SIGNUP_ADDRESS_LIMIT = 10  # the defaults (docs/security.md, "Abuse limits")
 LOGIN_FAILURE_LIMIT = 5
 
 

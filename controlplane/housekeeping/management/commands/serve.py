@@ -83,21 +83,20 @@ class Command(BaseCommand):
         return account.api_key, account.session_role.arn
 
     def _http(self, opts) -> subprocess.Popen:
-        """The control plane as production runs it (``controlplane.gunicorn_conf``), on this
-        machine's address, with its access log on standard output."""
+        """gunicorn with the production config file, as the compose file and the chart run it."""
         cmd = [
             sys.executable,
             "-m",
             "gunicorn",
             "-c",
             "python:controlplane.gunicorn_conf",
-            "--access-logfile",
-            "-",
             "controlplane.wsgi:application",
         ]
-        env = os.environ | {
+        env = {
+            **os.environ,
             "LOOPWRIGHT_HTTP_HOST": opts["host"],
             "LOOPWRIGHT_HTTP_PORT": str(opts["port"]),
+            "LOOPWRIGHT_HTTP_WORKERS": "1",
             "LOOPWRIGHT_HTTP_THREADS": str(opts["threads"]),
         }
         return subprocess.Popen(cmd, env=env)
