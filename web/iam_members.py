@@ -21,8 +21,8 @@ from controlplane.audit.outcomes import note_failure
 from controlplane.edge.callers import allow, can
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
+from controlplane.tenants import grants, services
 from controlplane.tenants import selectors as tenants
-from controlplane.tenants import services
 from controlplane.tenants.models import Membership
 
 from . import shown_once
@@ -68,12 +68,14 @@ def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) ->
         (i, can(request, "iam:DeleteUser", user_arn(tenant, i.email)))
         for i in tenants.invitations_pending(tenant=tenant)
     ]
+    grantable = grants.grantable(request.principal.membership)
+    invite.fields["role"].choices = [c for c in ROLE_CHOICES if c[0] in grantable]
     context = {
         "rows": rows,
         "invite": invite,
         "invite_days": settings.INVITATION_TTL_DAYS,
         "pending": pending,
-        "may_invite": can(request, "iam:CreateUser", user_arn(tenant, "*")),
+        "may_invite": bool(grantable) and can(request, "iam:CreateUser", user_arn(tenant, "*")),
         "may_read_members": can(request, "iam:GetUser", user_arn(tenant, "*")),
         "members_json": [m.user.get_username() for m in members],
     }

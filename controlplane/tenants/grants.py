@@ -70,3 +70,15 @@ def check_change(*, actor: Membership | None, membership: Membership, role: str 
         )
     if role is not None:
         check_grant(actor=actor, role=role)
+
+
+def settable(*, actor: Membership | None, membership: Membership) -> list[str]:
+    """The roles ``actor`` may give ``membership`` (its own role among them), for forms."""
+    allowed = []
+    for role in Role.values:
+        try:
+            check_change(actor=actor, membership=membership, role=role)
+        except AccessDenied:
+            continue
+        allowed.append(role)
+    return allowed
