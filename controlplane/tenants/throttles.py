@@ -21,26 +21,33 @@ def _key(kind: str, subject: str) -> str:
     return f"{kind}:{hashlib.sha256(subject.encode()).hexdigest()}"
 
 
-def _greatest() -> str:
-    return "GREATEST" if connection.vendor == "postgresql" else "MAX"
+# One statement takes a drop: insert the bucket, or update it only while the drained level plus
+# this drop stays within the limit (no row returned: the bucket is full). PostgreSQL says
+# GREATEST where SQLite says MAX.
+_DRAINED = "GREATEST(tenants_throttle.level - (%(now)s - tenants_throttle.updated) * %(rate)s, 0)"
+_TAKE = (
+    "INSERT INTO tenants_throttle (bucket, level, updated, drained_at) "
+    "VALUES (%(bucket)s, 1, %(now)s, %(now)s + 1 / %(rate)s) "
+    "ON CONFLICT (bucket) DO UPDATE SET "
+    "level = " + _DRAINED + " + 1, "
+    "updated = %(now)s, "
+    "drained_at = %(now)s + (" + _DRAINED + " + 1) / %(rate)s "
+    "WHERE " + _DRAINED + " + 1 <= %(limit)s RETURNING level"
+)
+_GIVE_BACK = "UPDATE tenants_throttle SET level = GREATEST(level - 1, 0) WHERE bucket = %s"
+
+
+def _sql(statement: str) -> str:
+    return statement if connection.vendor == "postgresql" else statement.replace("GREATEST", "MAX")
 
 
 def take(kind: str, subject: str, *, limit: int, window: float) -> int | None:
     """Take a drop from the bucket ``kind``/``subject``: None when taken, else the seconds until
     one can be (the bucket is full; nothing changed)."""
     now, rate = _clock(), limit / window
-    table = connection.ops.quote_name(Throttle._meta.db_table)
-    level = f"{_greatest()}({table}.level - (%(now)s - {table}.updated) * %(rate)s, 0) + 1"
     params = {"bucket": _key(kind, subject), "now": now, "rate": rate, "limit": limit}
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (bucket, level, updated, drained_at) "
-            "VALUES (%(bucket)s, 1, %(now)s, %(now)s + 1 / %(rate)s) "
-            f"ON CONFLICT (bucket) DO UPDATE SET level = {level}, updated = %(now)s, "
-            f"drained_at = %(now)s + ({level}) / %(rate)s "
-            f"WHERE {level} <= %(limit)s RETURNING level",
-            params,
-        )
+        cursor.execute(_sql(_TAKE), params)
         if cursor.fetchone() is not None:
             return None
     return _wait(params["bucket"], now=now, rate=rate, limit=limit)
@@ -56,12 +63,8 @@ def _wait(key: str, *, now: float, rate: float, limit: int) -> int:
 
 def give_back(kind: str, subject: str) -> None:
     """Return a drop taken for work that turned out to be fine (a login that succeeded)."""
-    table = connection.ops.quote_name(Throttle._meta.db_table)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET level = {_greatest()}(level - 1, 0) WHERE bucket = %s",
-            [_key(kind, subject)],
-        )
+        cursor.execute(_sql(_GIVE_BACK), [_key(kind, subject)])
 
 
 def clear(kind: str, subject: str) -> None:
