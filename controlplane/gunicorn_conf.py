@@ -3,7 +3,8 @@
     gunicorn -c python:controlplane.gunicorn_conf controlplane.wsgi:application
 
 ``LOOPWRIGHT_HTTP_HOST`` (0.0.0.0), ``LOOPWRIGHT_HTTP_PORT`` (8000), ``LOOPWRIGHT_HTTP_WORKERS`` (processes, 1) and
-``LOOPWRIGHT_HTTP_THREADS`` (64 each: long polls hold one each); ``LOOPWRIGHT_METRICS_PORT``
+``LOOPWRIGHT_HTTP_THREADS`` (64 each: long polls hold one each),
+``LOOPWRIGHT_HTTP_MAX_CONNECTIONS`` (1000 each; 503 past it); ``LOOPWRIGHT_METRICS_PORT``
 binds a second port that alone answers ``/metrics``. With more than one process the metrics of
 all of them are added up through ``PROMETHEUS_MULTIPROC_DIR`` (a private folder unless one is
 given; the metric files left in it are removed at each start). Logs as
@@ -23,10 +24,13 @@ _port = int(os.environ.get("LOOPWRIGHT_HTTP_PORT", "8000"))
 _metrics_port = int(os.environ.get("LOOPWRIGHT_METRICS_PORT", "0") or 0)
 
 bind = [f"{_host}:{_port}"] + ([f"{_host}:{_metrics_port}"] if _metrics_port else [])
-worker_class = "gthread"
+# uvicorn under gunicorn: a request is read whole on the event loop, within
+# LOOPWRIGHT_HTTP_REQUEST_DEADLINE, before one of the threads runs it (controlplane/serving)
+worker_class = "controlplane.serving.worker.Worker"
 workers = int(os.environ.get("LOOPWRIGHT_HTTP_WORKERS", "1"))
 threads = int(os.environ.get("LOOPWRIGHT_HTTP_THREADS", "64"))
-timeout = 120  # a streamed answer waits at most LOOPWRIGHT_LONG_POLL_SECONDS, well under this
+worker_connections = int(os.environ.get("LOOPWRIGHT_HTTP_MAX_CONNECTIONS", "1000"))
+timeout = 120  # seconds a worker's event loop may stall before gunicorn restarts it
 graceful_timeout = 30
 keepalive = 75  # longer than the idle timeout of common load balancers (60 s)
 logconfig_dict = logging_config(

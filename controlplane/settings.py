@@ -249,12 +249,27 @@ SNAPSHOT_EVERY_STEPS = env.int("LOOPWRIGHT_SNAPSHOT_EVERY_STEPS", default=20)
 SNAPSHOT_EVERY_SECONDS = env.float("LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS", default=120.0)
 # A stopping worker finishes its operation, snapshots and hands over within this many seconds.
 WORKER_STOP_SECONDS = env.float("LOOPWRIGHT_WORKER_STOP_SECONDS", default=60.0)
+# The HTTP server (controlplane/serving, infra/README.md): a request's headers and whole body
+# must arrive within this many seconds (408 past it); open connections per client address in
+# each server process (0: no cap; not applied behind LOOPWRIGHT_TRUSTED_PROXIES).
+HTTP_REQUEST_DEADLINE_SECONDS = env.float("LOOPWRIGHT_HTTP_REQUEST_DEADLINE", default=60.0)
+HTTP_MAX_CONNECTIONS_PER_ADDRESS = env.int(
+    "LOOPWRIGHT_HTTP_MAX_CONNECTIONS_PER_ADDRESS", default=64
+)
 # Hops of X-Forwarded-For written by proxies we run (0: believe only the socket's address).
 TRUSTED_PROXIES = env.int("LOOPWRIGHT_TRUSTED_PROXIES", default=0)
 AUDIT_RETENTION_DAYS = env.int("LOOPWRIGHT_AUDIT_RETENTION_DAYS", default=400)
-# Password logins: this many failures per email (or per address) within the window throttle it.
+# Password logins: this many failures of one account from one address in the window throttle it
 LOGIN_FAILURE_LIMIT = env.int("LOOPWRIGHT_LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_FAILURE_WINDOW_SECONDS = env.int("LOOPWRIGHT_LOGIN_FAILURE_WINDOW", default=15 * 60)
+# ... and this many from one address, whatever the accounts (docs/security.md, "Abuse limits").
+LOGIN_ADDRESS_FAILURE_LIMIT = env.int(
+    "LOOPWRIGHT_LOGIN_ADDRESS_FAILURE_LIMIT", default=4 * LOGIN_FAILURE_LIMIT
+)
+# Sign-ups: this many per address, and in all, within the window (429 with Retry-After past it).
+SIGNUP_ADDRESS_LIMIT = env.int("LOOPWRIGHT_SIGNUP_ADDRESS_LIMIT", default=10)
+SIGNUP_LIMIT = env.int("LOOPWRIGHT_SIGNUP_LIMIT", default=200)
+SIGNUP_WINDOW_SECONDS = env.int("LOOPWRIGHT_SIGNUP_WINDOW", default=60 * 60)
 INVITATION_TTL_DAYS = env.int("LOOPWRIGHT_INVITATION_TTL_DAYS", default=7)
 # Per-tenant quotas (docs/quotas.md); manage.py set_quota overrides them for one account.
 MAX_CONCURRENT_SESSIONS = env.int("LOOPWRIGHT_MAX_CONCURRENT_SESSIONS", default=10)

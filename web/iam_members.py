@@ -21,8 +21,8 @@ from controlplane.audit.outcomes import note_failure
 from controlplane.edge.callers import allow, can
 from controlplane.errors import DomainError
 from controlplane.iam.resources import user_arn
+from controlplane.tenants import grants, services
 from controlplane.tenants import selectors as tenants
-from controlplane.tenants import services
 from controlplane.tenants.models import Membership
 
 from . import shown_once
@@ -68,12 +68,14 @@ def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) ->
         (i, can(request, "iam:DeleteUser", user_arn(tenant, i.email)))
         for i in tenants.invitations_pending(tenant=tenant)
     ]
+    grantable = grants.grantable(request.principal.membership)
+    invite.fields["role"].choices = [c for c in ROLE_CHOICES if c[0] in grantable]
     context = {
         "rows": rows,
         "invite": invite,
         "invite_days": settings.INVITATION_TTL_DAYS,
         "pending": pending,
-        "may_invite": can(request, "iam:CreateUser", user_arn(tenant, "*")),
+        "may_invite": bool(grantable) and can(request, "iam:CreateUser", user_arn(tenant, "*")),
         "may_read_members": can(request, "iam:GetUser", user_arn(tenant, "*")),
         "members_json": [m.user.get_username() for m in members],
     }
@@ -89,10 +91,21 @@ def member_invite(request: HttpRequest) -> HttpResponse:
         email = data["email"].strip().lower()
         allow(request, "iam:CreateUser", user_arn(request.tenant, email))
         return services.invitation_create(
-            tenant=request.tenant, email=email, role=data["role"], actor=request.principal.arn
+            tenant=request.tenant,
+            email=email,
+            role=data["role"],
+            actor=request.principal.arn,
+            acting_membership=request.principal.membership,
         )
 
-    made = submit(form, invite)
+    try:
+        made = submit(form, invite)
+    except DomainError as exc:  # who may grant what (403): said under the role field
+        if exc.status != 403 or exc.field != "role":
+            raise
+        note_failure(exc.detail)
+        form.add_error("role", exc.detail.removeprefix("role: "))
+        return members_page(request, form, status=403)
     if made is None:
         return members_page(request, form, status=400)
     invitation, token = made
@@ -149,7 +162,20 @@ def member_role(request: HttpRequest, username: str) -> HttpResponse:
     allow(request, "iam:UpdateUser", user_arn(request.tenant, username.lower()))
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     form = RoleForm(request.POST)
-    if submit(form, lambda d: services.membership_set_role(membership=membership, role=d["role"])):
+    acting = request.principal.membership
+    try:
+        changed = submit(
+            form,
+            lambda d: services.membership_set_role(
+                membership=membership, role=d["role"], acting_membership=acting
+            ),
+        )
+    except DomainError as exc:  # who may grant what (403): said on the member's page
+        if exc.status != 403:
+            raise
+        form.add_error("role", exc.detail.removeprefix("role: "))
+        changed = None
+    if changed:
         messages.success(request, f"{username} is now {membership.get_role_display().lower()}.")
     else:
         refused = " ".join(str(e) for e in form.errors.get("role", ["refused"]))
@@ -164,9 +190,11 @@ def member_remove(request: HttpRequest, username: str) -> HttpResponse:
     allow(request, "iam:DeleteUser", user_arn(request.tenant, username.lower()))
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     try:
-        services.membership_remove(membership=membership)
+        services.membership_remove(
+            membership=membership, acting_membership=request.principal.membership
+        )
     except DomainError as exc:
-        if exc.status != 409:
+        if exc.status not in (403, 409):
             raise
         note_failure(exc.detail)
         messages.error(request, exc.detail)

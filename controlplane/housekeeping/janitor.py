@@ -1,8 +1,8 @@
 """Periodic housekeeping: declare dead the workers silent past their lease (their models move),
 expire idle sessions (their models are unloaded), old checkpoints and
 their model package versions, delete KMS keys past their deletion date, place models that wait for
-a worker, prune the audit log, old failed logins and finished request-rate windows, and push
-closed usage windows to Stripe when a key is configured."""
+a worker, prune the audit log, drained login and sign-up throttles and finished request-rate
+windows, and push closed usage windows to Stripe when a key is configured."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from controlplane.kms.services import keys_purge
 from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.quotas.ratelimit import request_counts_prune
 from controlplane.registry.services import packages_expire
-from controlplane.tenants.logins import login_failures_prune
+from controlplane.tenants.throttles import throttles_prune
 from controlplane.training_sessions.services.failover import workers_declare_dead
 from controlplane.training_sessions.services.placement import (
     models_place_waiting,
@@ -51,7 +51,7 @@ def sweep(*, push_billing: bool = True) -> dict:
     pruned = audit_prune()
     if pruned:
         log.info("pruned %d audit events past retention", pruned)
-    login_failures_prune()
+    throttles_prune()
     request_counts_prune()
     # last: Stripe being slow or away never holds up the rest
     sent = billing_push().sent if push_billing else 0

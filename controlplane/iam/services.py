@@ -20,6 +20,7 @@ from .errors import PolicyError
 from .evaluation import evaluate_trust
 from .models import SESSIONS_SERVICE, ApiKey, Role, RolePolicy, UserPolicy
 from .policy import PolicyDocument
+from .policy_limits import check_policy_limits
 from .selectors import KEY_PREFIX, ROLE_NAME
 
 POLICY_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,128}$")
@@ -39,9 +40,12 @@ DEFAULT_TRUST_POLICY: dict[str, Any] = {
 
 
 def policy_validate(document: Any, *, kind: str, field: str) -> PolicyDocument:
-    """Parse ``document`` (an object or a JSON string) or raise a 400 naming the exact place."""
+    """Parse ``document`` (an object or a JSON string) or raise a 400 naming the exact place;
+    a document past a limit of ``policy_limits`` is refused the same way."""
     try:
-        return PolicyDocument.parse(document, kind=kind)  # type: ignore[arg-type]
+        parsed = PolicyDocument.parse(document, kind=kind)  # type: ignore[arg-type]
+        check_policy_limits(parsed)
+        return parsed
     except PolicyError as exc:
         where = f"{field}.{exc.field}" if exc.field else field
         raise DomainError(f"{where}: {exc.message}", field=where) from None

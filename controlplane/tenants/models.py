@@ -62,12 +62,15 @@ class Invitation(models.Model):
     accepted_at = models.DateTimeField(null=True, blank=True)
 
 
-class LoginFailure(models.Model):
-    """A failed password login; recent ones throttle further attempts for that email or IP."""
+class Throttle(models.Model):
+    """A leaky bucket of attempts (``tenants.throttles``): logins per account and address and
+    per address, sign-ups per address and in all. ``bucket`` is the kind and a digest of the
+    subject; ``level`` drops at ``updated`` (epoch seconds), empty by ``drained_at``."""
 
-    email = models.CharField(max_length=254, db_index=True)
-    source_ip = models.GenericIPAddressField(null=True)
-    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    bucket = models.CharField(max_length=100, unique=True)
+    level = models.FloatField()
+    updated = models.FloatField()
+    drained_at = models.FloatField(db_index=True)
 
 
 class Subnet(models.Model):

@@ -19,6 +19,7 @@ from django.utils import timezone
 from controlplane.errors import Conflict, DomainError, NotFound
 from controlplane.install_secrets import LEGACY_SECRET_KEY
 
+from .grants import check_change, check_grant
 from .models import Invitation, Membership, StorageLocation, Subnet, Tenant
 from .signals import membership_removed, own_login_event
 
@@ -140,8 +141,8 @@ def signup(*, email: str, password: str | None, tenant_name: str) -> Membership:
 
 
 def membership_add(*, tenant: Tenant, user, role: str) -> Membership:
-    if role not in Membership.Role.values:
-        raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+    """A membership as granted already (a sign-up, an invitation being accepted)."""
+    _check_role(role)
     try:
         with transaction.atomic():
             return Membership.objects.create(tenant=tenant, user=user, role=role)
@@ -149,10 +150,27 @@ def membership_add(*, tenant: Tenant, user, role: str) -> Membership:
         raise Conflict(f"{user.get_username()} is already a member", field="email") from None
 
 
-@transaction.atomic
-def membership_set_role(*, membership: Membership, role: str) -> Membership:
+def _acting(acting_membership: Membership | None) -> Membership | None:
+    """The caller's membership as it is now, locked until the change commits (a concurrent
+    change of the caller's own role waits); None stays None (an IAM role of the account)."""
+    if acting_membership is None:
+        return None
+    return Membership.objects.select_for_update().get(pk=acting_membership.pk)
+
+
+def _check_role(role: str) -> None:
     if role not in Membership.Role.values:
         raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+
+
+@transaction.atomic
+def membership_set_role(
+    *, membership: Membership, role: str, acting_membership: Membership | None
+) -> Membership:
+    """Change a membership's role, as ``acting_membership`` (None: an IAM role) may
+    (``grants``); the last owner stays one."""
+    _check_role(role)
+    check_change(actor=_acting(acting_membership), membership=membership, role=role)
     if membership.role == Membership.Role.OWNER and role != Membership.Role.OWNER:
         _keep_an_owner(membership)
     membership.role = role
@@ -161,7 +179,9 @@ def membership_set_role(*, membership: Membership, role: str) -> Membership:
 
 
 @transaction.atomic
-def membership_remove(*, membership: Membership) -> None:
+def membership_remove(*, membership: Membership, acting_membership: Membership | None) -> None:
+    """Remove a member, as ``acting_membership`` may (``grants``); never the last owner."""
+    check_change(actor=_acting(acting_membership), membership=membership, role=None)
     if membership.role == Membership.Role.OWNER:
         _keep_an_owner(membership)
     membership_removed.send(sender=membership_remove, membership=membership)
@@ -172,17 +192,20 @@ def _keep_an_owner(membership: Membership) -> None:
     owners = Membership.objects.select_for_update().filter(
         tenant=membership.tenant, role=Membership.Role.OWNER
     )
-    if owners.count() <= 1:
+    if len(owners) <= 1:
         raise Conflict("a tenant keeps at least one owner", field="role")
 
 
+@transaction.atomic
 def invitation_create(
-    *, tenant: Tenant, email: str, role: str, actor: str
+    *, tenant: Tenant, email: str, role: str, actor: str, acting_membership: Membership | None
 ) -> tuple[Invitation, str]:
-    """The invitation and its token (shown once). Someone who is a member already is refused:
-    the link could never be used (their membership is changed instead)."""
-    if role not in Membership.Role.values:
-        raise DomainError(f"role: one of {', '.join(Membership.Role.values)}", field="role")
+    """The invitation and its token (shown once), from ``actor`` (an ARN) whose membership is
+    ``acting_membership`` (None: an IAM role), which must be allowed to grant ``role``
+    (``grants``). Someone who is a member already is refused: the link could never be used
+    (their membership is changed instead)."""
+    _check_role(role)
+    check_grant(actor=_acting(acting_membership), role=role)
     email = _clean_email(email)
     current = Membership.objects.filter(tenant=tenant, user__username=email).first()
     if current is not None:
@@ -203,6 +226,28 @@ def invitation_create(
     return invitation, token
 
 
+def _inviter_still_grants(invitation: Invitation) -> None:
+    """An invitation is worth what its sender may grant when it is used: one whose sender has
+    left, or may no longer grant its role, is refused (409: ask for a new one)."""
+    kind, _, name = invitation.invited_by.rpartition(":")[2].partition("/")
+    inviter = None  # an IAM role of the account
+    if kind == "user":
+        inviter = Membership.objects.filter(tenant=invitation.tenant, user__username=name).first()
+        if inviter is None:
+            raise Conflict(
+                "token: whoever sent this invitation has left the account; ask for a new one",
+                field="token",
+            )
+    try:
+        check_grant(actor=inviter, role=invitation.role)
+    except DomainError:
+        raise Conflict(
+            f"token: whoever sent this invitation may no longer grant {invitation.role}; "
+            "ask for a new one",
+            field="token",
+        ) from None
+
+
 def invitation_revoke(*, invitation: Invitation) -> None:
     """An invitation not yet accepted stops working (its link is refused like a used one)."""
     if invitation.accepted_at is not None:
@@ -220,6 +265,7 @@ def invitation_accept(*, token: str, password: str | None = None, user=None) -> 
     )
     if invitation is None or invitation.expires_at <= timezone.now():
         raise NotFound("token: no such invitation, or it has expired or been used", field="token")
+    _inviter_still_grants(invitation)
     if user is None:
         user = user_create(email=invitation.email, password=password)
     elif user.email.lower() != invitation.email:

@@ -106,24 +106,25 @@ class Stack:
         return self
 
     def start_http(self) -> None:
-        """The control plane (gunicorn), in a process group of its own."""
+        """The control plane as production runs it (gunicorn with ``controlplane.gunicorn_conf``),
+        in a process group of its own."""
         self.http_proc = self._spawn(
             "http",
             [
                 sys.executable,
                 "-m",
                 "gunicorn",
+                "-c",
+                "python:controlplane.gunicorn_conf",
                 "controlplane.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--worker-class",
-                "gthread",
-                "--threads",
-                "16",  # each thread keeps a database connection: two stacks fit the server's 100
-                "--timeout",
-                "120",
             ],
             group=True,
+            env={
+                "LOOPWRIGHT_HTTP_HOST": "127.0.0.1",
+                "LOOPWRIGHT_HTTP_PORT": str(self.port),
+                # each thread keeps a database connection: two stacks fit the server's 100
+                "LOOPWRIGHT_HTTP_THREADS": "16",
+            },
         )
 
     def kill_http(self) -> None:
@@ -250,13 +251,15 @@ class Stack:
             raise RuntimeError(f"manage.py {args[0]} failed: {out.stderr[-3000:]}")
         return out.stdout
 
-    def _spawn(self, name: str, cmd, *, group: bool = False) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, cmd, *, group: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = open(self.data_dir / f"{name}.log", "ab")  # noqa: SIM115 (closed in stop())
         self.log_files.append(log)
         proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
-            env=self.env,
+            env=self.env | (env or {}),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=group,

@@ -1,0 +1,2 @@
+"""Regression tests of the security review: each attack tried against a live stack started as
+``make serve`` starts it."""

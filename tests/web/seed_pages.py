@@ -60,7 +60,7 @@ def _seed(tmp_path) -> Seeded:
     worker_register(**registration("gpu0", BASE_MODEL))
     owner = Membership.objects.select_related("tenant").get(user__username="alice@example.com")
     tenant = owner.tenant
-    from controlplane.iam.resources import role_arn
+    from controlplane.iam.resources import role_arn, user_arn
 
     alice = _Person(tenant, role_arn(tenant, "LoopwrightSessionRole"))
     group = f"arn:loopwright:registry::{tenant.account_id}:model-package-group/sweep"
@@ -85,7 +85,11 @@ def _seed(tmp_path) -> Seeded:
     vera = user_create(email="vera@example.com", password=PASSWORD)
     membership_add(tenant=tenant, user=vera, role=Membership.Role.BILLING_VIEWER)
     invitation, _ = invitation_create(
-        tenant=tenant, email="carol@example.com", role="admin", actor=alice.role_arn
+        tenant=tenant,
+        email="carol@example.com",
+        role="admin",
+        actor=user_arn(tenant, "alice@example.com"),
+        acting_membership=owner,
     )
     account_create(
         email="charlie@example.com", password=PASSWORD, tenant_name="other", key_name="x"

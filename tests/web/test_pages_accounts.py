@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from controlplane.iam.models import ApiKey, Role
-from controlplane.tenants.models import LoginFailure, Membership, Tenant
+from controlplane.tenants.models import Membership, Tenant, Throttle
 from controlplane.tenants.services import membership_add
 
 from .conftest import PASSWORD
@@ -125,7 +125,7 @@ def test_login_shows_a_wrong_password_in_place_and_throttles(client, alice, sett
         assert page.status_code == 401
         assert 'id="id_password_error"' in page.content.decode()
         assert "email or password is wrong" in page.content.decode()
-    assert LoginFailure.objects.count() == 2
+    assert Throttle.objects.count() == 2  # the account from this address, and the address
     throttled = client.post("/login", {"email": "alice@example.com", "password": PASSWORD})
     assert throttled.status_code == 429 and int(throttled.headers["Retry-After"]) > 0
     assert "too many failed logins" in throttled.content.decode()

@@ -438,7 +438,7 @@ def test_change_a_members_role_and_remove_them(alice, bob) -> None:
     assert "keeps at least one owner" in alice.get(r["Location"]).content.decode()
     assert alice.post("/iam/users/alice@example.com/remove").status_code == 302
     assert Membership.objects.get(user__email="alice@example.com").role == "owner"
-    bob.post("/iam/users/alice@example.com/remove")  # an admin may remove, not the last owner
+    bob.post("/iam/users/alice@example.com/remove")  # an admin never removes an owner
     assert Membership.objects.get(user__email="alice@example.com").role == "owner"
     r = alice.post("/iam/users/bob@example.com/remove")
     assert r.status_code == 302 and r["Location"] == "/iam/users"

@@ -23,7 +23,7 @@ from controlplane.iam.provisioning import account_create
 from controlplane.iam.resources import role_arn
 from controlplane.iam.services import SESSION_ROLE_NAME
 from controlplane.tenants import services as tenant_services
-from controlplane.tenants.logins import login_check
+from controlplane.tenants.logins import login_check, signup_check
 
 from .. import shown_once
 from ..account_forms import AcceptForm, LoginForm, SignupForm, show_error
@@ -72,6 +72,13 @@ def status(request: HttpRequest) -> HttpResponse:
 def signup(request: HttpRequest) -> HttpResponse:
     form = SignupForm(request.POST if request.method == "POST" else None)
     if request.method == "POST":
+        try:  # counted before anything is looked up, as the API does
+            signup_check(source_ip=client_ip(request))
+        except Throttled as exc:
+            form.add_error(None, f"{exc.detail}.")
+            response = render(request, "web/accounts/signup.html", {"form": form}, status=429)
+            response["Retry-After"] = str(exc.retry_after)
+            return response
         parsed = form.is_valid()
         data = {name: form.cleaned_data.get(name, "") for name in form.fields}
         fields = {"email": data["email"], "password": data["password"]}

@@ -16,6 +16,7 @@ from controlplane.errors import NotFound
 from controlplane.iam import selectors, services
 from controlplane.iam.builtin import DOCUMENTS
 from controlplane.iam.resources import role_arn, user_arn
+from controlplane.tenants import grants
 from controlplane.tenants import selectors as tenants
 
 from ..formkit import Form, code_area, submit
@@ -199,6 +200,11 @@ def user_detail(request: HttpRequest, username: str) -> HttpResponse:
     allow(request, "iam:GetUser", arn)
     membership = tenants.membership_get(tenant=request.tenant, username=username)
     policies = [(p.name, pretty(p.document)) for p in membership.policies.order_by("name")]
+    role_form = MembershipForm(initial={"role": membership.role})
+    settable = grants.settable(actor=request.principal.membership, membership=membership)
+    role_form.fields["role"].choices = [
+        c for c in role_form.fields["role"].choices if c[0] in settable
+    ]
     return render(
         request,
         "web/iam/user.html",
@@ -207,7 +213,8 @@ def user_detail(request: HttpRequest, username: str) -> HttpResponse:
             "arn": arn,
             "builtin": pretty(DOCUMENTS[membership.role]),
             "policies": policies,
-            "role_form": MembershipForm(initial={"role": membership.role}),
+            "role_form": role_form,
+            "may_change_role": len(role_form.fields["role"].choices) > 1,
         },
     )
 

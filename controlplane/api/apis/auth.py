@@ -9,7 +9,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.edge.callers import principal_of
-from controlplane.errors import Conflict
 from controlplane.iam.access import client_ip
 from controlplane.iam.principals import for_membership
 from controlplane.iam.provisioning import account_create
@@ -37,18 +36,14 @@ def membership_json(m: Membership) -> dict:
 def signup(request: Request) -> Response:
     """A new tenant, its owner, its session role and a first API key (shown once)."""
     body = body_of(request, bodies.SignupBody)
-    source_ip = client_ip(request)
-    logins.signup_check(source_ip=source_ip)
-    try:
-        account = account_create(
-            email=text(body, "email", 254),
-            password=text(body, "password", 128),
-            tenant_name=text(body, "tenant_name", 200),
-        )
-    except Conflict as exc:
-        if exc.field == "email":  # taken: throttled like a failed login of the address
-            logins.signup_taken(source_ip=source_ip)
-        raise
+    fields = {
+        "email": text(body, "email", 254),
+        "password": text(body, "password", 128),
+        "tenant_name": text(body, "tenant_name", 200),
+    }
+    # counted before anything is looked up: a taken email answers 409 only within the limit
+    logins.signup_check(source_ip=client_ip(request))
+    account = account_create(**fields)
     login(request._request, account.membership.user)
     return Response(
         membership_json(account.membership)

@@ -52,8 +52,13 @@ def users(request: Request) -> Response:
     body = body_of(request, bodies.UserInviteBody)
     email = text(body, "email", 254).strip().lower()
     allow(request, "iam:CreateUser", user_arn(tenant, email))
+    caller = principal_of(request)
     invitation, token = services.invitation_create(
-        tenant=tenant, email=email, role=text(body, "role", 20), actor=principal_of(request).arn
+        tenant=tenant,
+        email=email,
+        role=text(body, "role", 20),
+        actor=caller.arn,
+        acting_membership=caller.membership,
     )
     return Response(
         {
@@ -76,7 +81,8 @@ def user(request: Request, username: str) -> Response:
     if request.method == "DELETE":
         allow(request, "iam:DeleteUser", arn)
         services.membership_remove(
-            membership=selectors.membership_get(tenant=tenant, username=username)
+            membership=selectors.membership_get(tenant=tenant, username=username),
+            acting_membership=principal_of(request).membership,
         )
         return Response(status=204)
     allow(request, "iam:UpdateUser", arn)
@@ -84,6 +90,7 @@ def user(request: Request, username: str) -> Response:
     membership = services.membership_set_role(
         membership=selectors.membership_get(tenant=tenant, username=username),
         role=text(body, "role", 20),
+        acting_membership=principal_of(request).membership,
     )
     return Response(user_json(membership))
 

@@ -96,7 +96,8 @@ class Command(BaseCommand):
         return account.api_key, account.session_role.arn
 
     def _http(self, opts) -> subprocess.Popen:
-        """gunicorn with the production config file (its logs scrubbed of secrets)."""
+        """gunicorn with the production config file, as the compose file and the chart run it
+        (its logs scrubbed of secrets)."""
         cmd = [
             sys.executable,
             "-m",
