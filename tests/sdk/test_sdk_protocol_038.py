@@ -35,7 +35,7 @@ def test_sample_sends_the_038_fields(server: FakeServer, service: ServiceClient)
     assert body["prompt_logprobs"] is True and body["prompt_logprobs_last_n"] == 2
 
 
-@pytest.mark.parametrize("loss_fn", ["stable_reinforce", "custom"])
+@pytest.mark.parametrize("loss_fn", ["custom"])
 def test_unsupported_losses_are_refused_before_anything_is_sent(
     server: FakeServer, service: ServiceClient, loss_fn: str
 ) -> None:
@@ -46,3 +46,23 @@ def test_unsupported_losses_are_refused_before_anything_is_sent(
     with pytest.raises(ValueError, match=f"{loss_fn} is not supported"):
         client.forward_backward([datum], loss_fn)  # type: ignore[arg-type]
     assert server.calls("forward_backward") == []
+
+
+def test_stable_reinforce_is_sent_with_its_inputs(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    client = service.create_lora_training_client(BASE_MODEL, rank=4)
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2, 3]),
+        loss_fn_inputs={
+            "target_tokens": [2, 3, 4],
+            "logprobs": [0.0, -1.5, -0.5],
+            "advantages": [0.0, 1.0, 1.0],
+            "sampled_mask": [0, 1, 1],
+        },
+    )
+    client.forward_backward([datum], "stable_reinforce", {"kl_coeff": 0.01}).result(timeout=10)
+    body = server.calls("forward_backward")[-1]["forward_backward_input"]
+    assert (body["loss_fn"], body["loss_fn_config"]) == ("stable_reinforce", {"kl_coeff": 0.01})
+    mask = body["data"][0]["loss_fn_inputs"]["sampled_mask"]
+    assert (mask["dtype"], mask["data"]) == ("float32", [0.0, 1.0, 1.0])
