@@ -304,6 +304,7 @@ def submit_step(
         audit=audit,
         request_id=request_id,
         highest_token=vocabulary.highest_token(batch),
+        optimizer=step_checks.step_family(kind, payload),
     )
 
 
@@ -331,6 +332,7 @@ def training_submit(
         # a retry: same answer whatever state the session is in now
         return Operation.objects.select_related("worker").get(pk=existing_id)
     require_ready(model)
+    step_checks.optimizer_matches(kind, payload, model.lora)
     if kind in TOKEN_KINDS:
         key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
         vocabulary.vocab_check(
