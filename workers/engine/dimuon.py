@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import InvalidInput
-from .optim import AdamState, clip_coefficient
+from .optim import AdamState, clip_coefficient, step_metrics
 
 NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)  # torch.optim._muon.DEFAULT_A, _B, _C
 NS_STEPS = 5
@@ -91,9 +91,4 @@ def dimuon_step(
         if norm > 0:
             p.add_(direction * (length / norm), alpha=-hp.learning_rate)
         p.grad = None
-    return {
-        "grad_norm:mean": grad_norm,
-        "grad_clip_coef:mean": clip_coef,
-        "learning_rate:mean": hp.learning_rate,
-        "step:max": float(state.step),
-    }
+    return step_metrics(grad_norm, clip_coef, hp.learning_rate, state.step)

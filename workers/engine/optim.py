@@ -138,9 +138,16 @@ def adamw_step(
         denom = (v.sqrt() / bias2_sqrt).add_(hp.eps)
         p.addcdiv_(m, denom, value=-step_size)
         p.grad = None
+    return step_metrics(grad_norm, clip_coef, hp.learning_rate, state.step)
+
+
+def step_metrics(
+    grad_norm: float, clip_coef: float, learning_rate: float, step: int
+) -> dict[str, float]:
+    """What an optimizer step reports, whatever its family."""
     return {
         "grad_norm:mean": grad_norm,
         "grad_clip_coef:mean": clip_coef,
-        "learning_rate:mean": hp.learning_rate,
-        "step:max": float(state.step),
+        "learning_rate:mean": learning_rate,
+        "step:max": float(step),
     }
