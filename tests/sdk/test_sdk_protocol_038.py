@@ -105,4 +105,8 @@ def test_dimuon_is_chosen_at_creation_and_stepped_with_its_params(
     adam = service.create_lora_training_client(BASE_MODEL, rank=4)
     adam.optim_step(AdamParams()).result(timeout=10)
     assert "optimizer_params" not in server.calls("optim_step")[-1]
+    adam.optim_step(adam_params=AdamParams(learning_rate=0.5)).result(timeout=10)  # the old keyword
+    assert server.calls("optim_step")[-1]["adam_params"]["learning_rate"] == 0.5
+    with pytest.raises(ValueError, match="not both"):
+        adam.optim_step(AdamParams(), adam_params=AdamParams())
     assert "optimizer_config" not in server.calls("create_model")[-1]
