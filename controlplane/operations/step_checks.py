@@ -23,9 +23,9 @@ def loss_requirements(kind: str, body: object) -> None:
         batch = body.get(key)
         if isinstance(batch, dict) and batch.get("loss_fn") == "stable_reinforce":
             raise DomainError(
-                f"{key}.data[0]: stable_reinforce needs provenance on every datum, naming the "
-                "sequences it was sampled from (sample with record_stability_info=True, then "
-                "Datum.with_provenance); this datum has none",
+                f"{key}.data[0]: stable_reinforce trains on what sampling recorded: every datum "
+                "needs provenance naming the sequences it was sampled from, recorded with "
+                "record_stability_info=True (Datum.with_provenance); this datum names none",
                 field=f"{key}.data[0]",
             )
 

@@ -350,6 +350,7 @@ def test_stable_reinforce_without_provenance_is_refused_naming_the_datum(
     assert r.status_code == 400, r.content
     assert r.json()["field"] == "forward_backward_input.data[0]"
     assert "needs provenance" in r.json()["detail"]
+    assert "record_stability_info" in r.json()["detail"]
     assert Operation.objects.get(model_id=mid, seq_id=1).status == Operation.Status.FAILED
     r = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]))
     assert "metrics" in result(alice, runtime, r.json())

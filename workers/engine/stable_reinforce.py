@@ -6,7 +6,8 @@ Engine contract. ``loss_fn_inputs`` of every datum, each of the input's length N
 ``logprobs`` float32, the sampler's logprob of ``target_tokens[i]`` as recorded when it was
 sampled (read only where ``sampled_mask`` is 1); ``sampled_mask`` float32, 1.0 where
 ``target_tokens[i]`` is a sampled token and 0.0 where it is a prompt token. The service fills
-``logprobs`` and ``sampled_mask`` from its store of recorded sequences; the engine trusts them.
+``logprobs`` and ``sampled_mask`` from its store of recorded sequences, never from what a client
+sent; the engine trusts them.
 ``loss_fn_config`` (numbers): ``mask_low`` (0.5) and ``mask_high`` (5.0), the band of the
 ratio ``r = exp(p − q)`` inside which a sampled token is trained on, with
 ``0 < mask_low ≤ 1 ≤ mask_high``; ``kl_coeff`` (0.0, ≥ 0), the weight of the penalty.
