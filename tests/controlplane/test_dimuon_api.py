@@ -3,7 +3,13 @@ and loads; a step or a load of the other family is a 400 naming the field."""
 
 from __future__ import annotations
 
+import io
+import json
+import tarfile
+
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from controlplane.training_sessions.models import Operation
 
@@ -127,3 +133,27 @@ def test_saves_and_loads_keep_the_family(alice, charlie, runtime) -> None:
         "load_weights", {"model_id": fresh, "seq_id": 3, "path": path, "optimizer": False}
     )
     assert result(alice, runtime, r.json())["path"] == path
+
+
+def test_a_dimuon_state_downloads_with_its_momentum(alice, runtime, settings, tmp_path) -> None:
+    """Exported like AdamW's state: optimizer.safetensors holds the momentum (exp_avg) bit for
+    bit, and loopwright.json says the family."""
+    settings.DOWNLOAD_SCRATCH_DIR = str(tmp_path / "downloads")
+    mid = create(alice, runtime, open_session(alice), 0, DIMUON)
+    result(
+        alice, runtime, alice.post("forward_backward", fwdbwd(mid, 1, [datum([7, 8, 9])])).json()
+    )
+    result(alice, runtime, alice.post("optim_step", step(mid, 2, True)).json())
+    momentum = {k: v.clone() for k, v in runtime.host.pool.optimizer(mid).exp_avg.items()}
+    saved = alice.post("save_weights", {"model_id": mid, "seq_id": 3, "path": "s"}).json()
+    path = result(alice, runtime, saved)["path"]
+    r = alice.get("registry/model-packages/download", {"path": path, "include_optimizer": "true"})
+    assert r.status_code == 200, r.content
+    with tarfile.open(fileobj=io.BytesIO(b"".join(r.streaming_content)), mode="r:gz") as tar:
+        tar.extractall(tmp_path / "out", filter="data")
+    (folder,) = (tmp_path / "out").iterdir()
+    exported = load_file(folder / "optimizer.safetensors")
+    assert exported.keys() == {f"exp_avg/{k}" for k in momentum}
+    assert all(torch.equal(exported[f"exp_avg/{k}"], m) for k, m in momentum.items())
+    meta = json.loads((folder / "loopwright.json").read_text())
+    assert (meta["lora"]["optimizer"], meta["optimizer_step"]) == ("dimuon", 1)
