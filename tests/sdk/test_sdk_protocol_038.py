@@ -74,6 +74,14 @@ def test_stable_reinforce_is_sent_with_its_inputs(
     assert (body["loss_fn"], body["loss_fn_config"]) == ("stable_reinforce", {"kl_coeff": 0.01})
     mask = body["data"][0]["loss_fn_inputs"]["sampled_mask"]
     assert (mask["dtype"], mask["data"]) == ("float32", [0.0, 1.0, 1.0])
+    sent = len(server.calls("forward_backward"))
+    for config, says in (
+        ({"mask_high": 0.5}, "mask_high: 0.5 is not ≥ 1"),
+        ({"beta": 0.1}, "beta: not a parameter of stable_reinforce"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            client.forward_backward([datum], "stable_reinforce", config)
+    assert len(server.calls("forward_backward")) == sent  # refused before anything is sent
 
 
 def test_dimuon_is_chosen_at_creation_and_stepped_with_its_params(

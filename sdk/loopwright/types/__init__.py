@@ -22,11 +22,13 @@ from .futures import (
 )
 from .lora import LoraConfig
 from .losses import (
+    STABLE_REINFORCE_CONFIG,
     UNSUPPORTED_LOSSES,
     ForwardBackwardInput,
     ForwardBackwardOutput,
     LossFnOutput,
     LossFnType,
+    stable_reinforce_config_problem,
 )
 from .model_input import ModelInput
 from .models import (
@@ -103,6 +105,7 @@ from .weights import (
 
 __all__ = [
     "LOSS_INPUT_DTYPES",
+    "STABLE_REINFORCE_CONFIG",
     "SUPPORTED_OPTIMIZERS",
     "UNSUPPORTED_LOSSES",
     "AdamOptimizerConfig",
@@ -191,5 +194,6 @@ __all__ = [
     "WeightsInfoRequest",
     "WeightsInfoResponse",
     "params_family",
+    "stable_reinforce_config_problem",
     "unsupported_optimizer",
 ]
