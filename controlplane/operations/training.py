@@ -36,7 +36,7 @@ from controlplane.training_sessions.services.lora import lora_checked
 from controlplane.training_sessions.services.sessions import session_touch
 from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
 
-from . import ordering, step_statement
+from . import ordering, step_checks, step_statement
 from .admission import (
     TOKEN_KINDS,
     TOUCH_SECONDS,
@@ -223,6 +223,7 @@ def submit(
             if not isinstance(body, dict):
                 raise Unreadable("the request body must be a JSON object")
             req = STEP_REQUESTS[kind].model_validate(body)
+            step_checks.loss_requirements(kind, body)
             return training_submit(
                 tenant=tenant,
                 model_id=req.model_id,
@@ -251,7 +252,8 @@ def _in_one_statement(
         return None
     try:
         req = STEP_REQUESTS[kind].model_validate(body)
-    except ValidationError:
+        step_checks.loss_requirements(kind, body)
+    except (ValidationError, DomainError):
         return None  # refused the portable way, which says why
     return submit_step(
         tenant=tenant,
@@ -302,6 +304,7 @@ def submit_step(
         audit=audit,
         request_id=request_id,
         highest_token=vocabulary.highest_token(batch),
+        optimizer=step_checks.step_family(kind, payload),
     )
 
 
@@ -329,6 +332,7 @@ def training_submit(
         # a retry: same answer whatever state the session is in now
         return Operation.objects.select_related("worker").get(pk=existing_id)
     require_ready(model)
+    step_checks.optimizer_matches(kind, payload, model.lora)
     if kind in TOKEN_KINDS:
         key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
         vocabulary.vocab_check(
