@@ -178,9 +178,11 @@ def test_signatures_that_do_not_hold(stack: Stack) -> None:
     with pytest.raises(ClientError) as caught:
         sagemaker(stack, pair, region="eu-west-1").list_training_sessions()
     assert code(caught) == "InvalidSignatureException"
-    with client_clock(datetime.now(UTC) - timedelta(minutes=20)):
-        with pytest.raises(ClientError) as caught:
-            sm.list_training_sessions()
+    with (
+        client_clock(datetime.now(UTC) - timedelta(minutes=20)),
+        pytest.raises(ClientError) as caught,
+    ):
+        sm.list_training_sessions()
     assert code(caught) == "InvalidSignatureException"
     # a body changed after signing
     request = AWSRequest(
