@@ -20,7 +20,7 @@ def test_the_local_pair_signs_as_the_local_owner(settings, tmp_path) -> None:
     _key, role_arn = command._local_account()
     lines = command._sagemaker_exports(role_arn, "http://127.0.0.1:8000")
     found = dict(line.strip().removeprefix("export ").split("=", 1) for line in lines.splitlines())
-    assert found["AWS_REGION"] == "us-east-1"
+    assert found["AWS_REGION"] == found["AWS_DEFAULT_REGION"] == "us-east-1"
     assert found["SAGEMAKER_TRAINING_SESSION_ENDPOINT"] == "http://127.0.0.1:8000/sagemaker"
     assert found["SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT"] == (
         "http://127.0.0.1:8000/sagemaker-runtime"

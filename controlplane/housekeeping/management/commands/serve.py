@@ -178,11 +178,14 @@ class Command(BaseCommand):
 
 def sagemaker_exports(url: str, key_id: str, secret: str) -> str:
     """The lines that point boto3 and sagemaker-train at ``url`` (both planes, and the Public
-    Hub look-ups, which go through ``AWS_ENDPOINT_URL_SAGEMAKER``)."""
+    Hub look-ups, which go through ``AWS_ENDPOINT_URL_SAGEMAKER``), signing in this service's
+    region."""
     return (
         f"  export AWS_ACCESS_KEY_ID={key_id}\n"
         f"  export AWS_SECRET_ACCESS_KEY={secret}\n"
         f"  export AWS_REGION={settings.AWS_REGION}\n"
+        # boto3 itself reads the region from AWS_DEFAULT_REGION; sagemaker-train from AWS_REGION
+        f"  export AWS_DEFAULT_REGION={settings.AWS_REGION}\n"
         f"  export SAGEMAKER_TRAINING_SESSION_ENDPOINT={url}/sagemaker\n"
         f"  export SAGEMAKER_TRAINING_SESSION_RUNTIME_ENDPOINT={url}/sagemaker-runtime\n"
         f"  export AWS_ENDPOINT_URL_SAGEMAKER={url}/sagemaker\n"
