@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from controlplane.edge.callers import allow
+from controlplane.errors import NotFound
 from controlplane.iam.resources import model_arn, session_arn
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_resolve
@@ -127,7 +128,12 @@ def _session(call: Call, p: dict, action: str) -> Session:
     """The session the request names, once ``action`` is allowed on it (authorized on the ARN
     of what was named, so a missing session and another tenant's are refused alike)."""
     name = p["TrainingSessionName"]
-    found = selectors.session_named(tenant=call.tenant, name=name)
+    try:
+        found = selectors.session_named(tenant=call.tenant, name=name)
+    except NotFound:
+        # refused as one that exists would be, when the caller may not: existence is not told
+        allow(call.request, action, session_arn(call.tenant, name))
+        raise
     allow(call.request, action, selectors.arn_of(found))
     return found
 
