@@ -14,14 +14,14 @@ from controlplane.kms.selectors import key_resolve
 from controlplane.operations.training import create_model_conditions
 from controlplane.sagemaker_sessions import hub, selectors, services
 from controlplane.sagemaker_sessions.paging import cursor_of, token_of
-from controlplane.sagemaker_sessions.shapes import ShapeError, timestamp_of
+from controlplane.sagemaker_sessions.shapes import ShapeError
 from controlplane.storage import S3UriError, parse_s3_uri
 from controlplane.tenants.services import storage_location_owned
 from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services.lora import MAX_LORA_RANK
 from controlplane.training_sessions.services.sessions import session_touch
 
-from .calls import Call, validation
+from .calls import Call, created_between, validation
 
 DEFAULT_PAGE = 10  # what SageMaker's list operations return without MaxResults
 SCAN_CHUNK = 200
@@ -200,14 +200,7 @@ def list_training_sessions(call: Call, p: dict) -> dict:
     allow(call.request, "sessions:ListTrainingSessions")
     limit = p.get("MaxResults") or DEFAULT_PAGE
     found = selectors.visible(tenant=call.tenant).order_by("-created_at", "-id")
-    if p.get("CreationTimeAfter") is not None:
-        found = found.filter(
-            created_at__gt=timestamp_of(p["CreationTimeAfter"], "CreationTimeAfter")
-        )
-    if p.get("CreationTimeBefore") is not None:
-        found = found.filter(
-            created_at__lt=timestamp_of(p["CreationTimeBefore"], "CreationTimeBefore")
-        )
+    found = created_between(found, p)
     cursor = cursor_of("sessions", p.get("NextToken"))
     if cursor is not None:
         found = _after(found, cursor)
