@@ -24,6 +24,18 @@ from controlplane.training_sessions.services.sessions import session_touch
 from .calls import Call, created_between, validation
 
 DEFAULT_PAGE = 10  # what SageMaker's list operations return without MaxResults
+_LIVE = (Session.State.PENDING, Session.State.ACTIVE)
+# the session states in which a session can show each status (Deleting and the like: none)
+STATES_OF = {
+    "Created": _LIVE,
+    "Scheduled": _LIVE,
+    "Running": _LIVE,
+    "Blocked": _LIVE,
+    "Failed": (*_LIVE, Session.State.FAILED),
+    "Stopping": (Session.State.STOPPING,),
+    "Stopped": (Session.State.STOPPED,),
+    "Expired": (Session.State.EXPIRED,),
+}
 SCAN_CHUNK = 200
 
 
@@ -205,6 +217,8 @@ def list_training_sessions(call: Call, p: dict) -> dict:
     if cursor is not None:
         found = _after(found, cursor)
     wanted_status, contains = p.get("StatusEquals"), (p.get("NameContains") or "").lower()
+    if wanted_status:  # only sessions in a state that can have that status are looked at
+        found = found.filter(state__in=STATES_OF.get(wanted_status, ()))
     page: list[tuple[Session, str]] = []
     for session in found.iterator(chunk_size=SCAN_CHUNK):
         if contains and contains not in selectors.display_name(session).lower():
