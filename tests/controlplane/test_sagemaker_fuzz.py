@@ -63,7 +63,7 @@ def keyed(alice: Person, runtime):
 
 SIGNATURE_CODES = {
     "MissingAuthenticationTokenException",
-    "IncompleteSignatureException",
+    "IncompleteSignature",
     "InvalidSignatureException",
     "UnrecognizedClientException",
 }
