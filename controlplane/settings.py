@@ -51,6 +51,8 @@ INSTALLED_APPS = [
     "controlplane.fleet",
     "controlplane.training_sessions",
     "controlplane.kms",
+    "controlplane.access_keys",
+    "controlplane.sagemaker_sessions",
     "controlplane.registry",
     "controlplane.metering",
     "controlplane.quotas",
@@ -295,6 +297,9 @@ KMS_MASTER_KEY = install_secrets.kms_master_key_checked(
 KMS_MASTER_KEY_PREVIOUS = env.str("LOOPWRIGHT_KMS_MASTER_KEY_PREVIOUS", default="") or None
 KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None
 KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
+# The region AWS-style clients sign their requests for (SigV4 credential scope): boto3 and
+# sagemaker-train sign with the region they are given (AWS_REGION), which must be this one.
+AWS_REGION = env.str("LOOPWRIGHT_AWS_REGION", default="us-east-1")
 
 # Usage pushed to Stripe Billing meters (docs/billing.md, "Stripe"); no key: nothing is pushed.
 # How often Celery beat runs housekeeping and the Stripe push (controlplane/celery_app.py).

@@ -1,16 +1,19 @@
-"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/, the
-dashboard at the root."""
+"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/,
+SageMaker's control plane at /sagemaker, the dashboard at the root."""
 
 from django.urls import include, path
 
 from controlplane import openapi
 from controlplane.edge.errors import api_not_found, api_server_error
 from controlplane.observability.views import metrics
+from controlplane.sagemaker.endpoint import endpoint as sagemaker
 
 urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
+    # SageMaker's control plane (AWS JSON 1.1, SigV4): botocore posts to the endpoint URL as is
+    path("sagemaker", sagemaker),
     path("", include("web.urls")),
 ]
 openapi.document_all()  # every route of /api/v1 and /v1 described in the OpenAPI document

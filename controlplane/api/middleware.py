@@ -26,11 +26,13 @@ class BodySizeLimitMiddleware:
         except ValueError:
             length = 0
         if length > limit:
-            body = {
-                "detail": f"request body of {length} bytes exceeds the limit of {limit} bytes",
-                "code": "payload_too_large",
-                "field": None,
-            }
+            from controlplane.edge.errors import api_too_large
+
+            detail = f"request body of {length} bytes exceeds the limit of {limit} bytes"
+            answer = api_too_large(request, detail)
+            if answer is not None:
+                return answer
+            body = {"detail": detail, "code": "payload_too_large", "field": None}
             return HttpResponse(json.dumps(body), status=413, content_type="application/json")
         return self.get_response(request)
 

@@ -142,3 +142,34 @@ def test_an_install_from_before_moves_its_keys_off_the_derived_master_key(settin
     assert counts["kms key versions"] == 2
     assert opened(tenant, arn, blobs) == [b"before", b"rotated"]
     assert len(unopenable(MasterKey(legacy))) == 2
+
+
+def test_access_key_secrets_move_with_the_master_key(settings) -> None:
+    """An access key pair keeps signing across the rotation: its sealed secret is re-sealed
+    under the new master key, which the old one then cannot open."""
+    from controlplane.access_keys.models import AccessKey
+    from controlplane.access_keys.sealing import SEAL_VERSION, access_key_arn, secret_open
+    from controlplane.access_keys.services import access_key_create
+    from controlplane.iam.models import Role
+
+    old, new = secrets.token_urlsafe(48), secrets.token_urlsafe(48)
+    settings.KMS_MASTER_KEY, settings.KMS_MASTER_KEY_PREVIOUS = old, None
+    tenant = tenant_create(name="acme")
+    role = Role.objects.create(tenant=tenant, name="ci", trust_policy={})
+    key, secret = access_key_create(tenant=tenant, actor="test", name="ci", role=role)
+
+    settings.KMS_MASTER_KEY, settings.KMS_MASTER_KEY_PREVIOUS = new, old
+    call_command("rotate_kms_master_key")
+    settings.KMS_MASTER_KEY_PREVIOUS = None
+    row = AccessKey.objects.get(pk=key.pk)
+    assert bytes(row.sealed_secret) != bytes(key.sealed_secret)
+    opened_secret = secret_open(
+        account_id=tenant.account_id, access_key_id=key.access_key_id, sealed=row.sealed_secret
+    )
+    assert opened_secret == secret
+    with pytest.raises(TamperedError):
+        MasterKey(old).unwrap_material(
+            bytes(row.sealed_secret),
+            key_arn=access_key_arn(tenant.account_id, key.access_key_id),
+            version=SEAL_VERSION,
+        )
