@@ -211,7 +211,7 @@ class OutputShapeError(RuntimeError):
     """An answer that does not fit its output shape: a bug in the face, never the caller's."""
 
 
-def _check(holds: bool, problem: str) -> None:
+def _output_fits(holds: bool, problem: str) -> None:
     if not holds:
         raise OutputShapeError(problem)
 
@@ -219,25 +219,25 @@ def _check(holds: bool, problem: str) -> None:
 def _render(shape: Shape, value: Any, path: str) -> Any:
     kind = shape.type_name
     if kind == "structure":
-        _check(isinstance(value, dict), f"{path}: not an object")
+        _output_fits(isinstance(value, dict), f"{path}: not an object")
         out = {}
         for name, item in value.items():
-            _check(name in shape.members, f"{path}.{name}: not in the output shape")
+            _output_fits(name in shape.members, f"{path}.{name}: not in the output shape")
             if item is not None:
                 out[name] = _render(shape.members[name], item, f"{path}.{name}")
         for name in shape.required_members:
-            _check(name in out, f"{path}.{name}: required in the output shape")
+            _output_fits(name in out, f"{path}.{name}: required in the output shape")
         return out
     if kind == "list":
         return [_render(shape.member, item, f"{path}[]") for item in value]
     if kind == "map":
         return {k: _render(shape.value, v, f"{path}.{k}") for k, v in value.items()}
     if kind == "timestamp":
-        _check(isinstance(value, datetime), f"{path}: not a datetime")
+        _output_fits(isinstance(value, datetime), f"{path}: not a datetime")
         return value.timestamp()
     if kind == "blob":
         return base64.b64encode(value).decode("ascii")
     if kind == "string":
-        _check(isinstance(value, str), f"{path}: not a string")
-        _check(not shape.enum or value in shape.enum, f"{path}: {value!r} not in its enum")
+        _output_fits(isinstance(value, str), f"{path}: not a string")
+        _output_fits(not shape.enum or value in shape.enum, f"{path}: {value!r} not in its enum")
     return value
