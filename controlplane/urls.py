@@ -1,5 +1,5 @@
-"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/, the
-dashboard at the root."""
+"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints and Anthropic's
+Messages under /v1/, the dashboard at the root."""
 
 from django.urls import include, path
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
+    path("v1/", include("controlplane.anthropic_api.urls")),  # messages, messages/count_tokens
     path("", include("web.urls")),
 ]
 openapi.document_all()  # every route of /api/v1 and /v1 described in the OpenAPI document
