@@ -27,6 +27,8 @@ from drf_spectacular.utils import (
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import model_json_schema
 
+from controlplane.anthropic_api import views as anthropic_views
+from controlplane.anthropic_api.schemas import CountTokensRequest, MessagesRequest
 from controlplane.api import bodies
 from controlplane.api.apis import (
     audit,
@@ -45,8 +47,6 @@ from controlplane.api.apis import (
     training,
 )
 from controlplane.api.checkpoint_search import CheckpointSearchQuery
-from controlplane.anthropic_api import views as anthropic_views
-from controlplane.anthropic_api.schemas import CountTokensRequest, MessagesRequest
 from controlplane.api.session_queries import SessionSearchQuery
 from controlplane.errors import MAX_DETAIL, MAX_FIELD
 from controlplane.openai_api import views as openai_views

@@ -67,11 +67,17 @@ class Conversation(_Body):
     model: str = Field(min_length=1, max_length=2000)
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
+    cache_control: CacheControl | None = None
+    """Accepted and without effect: nothing is cached, and usage says so (0 cached tokens)."""
+    speed: Literal["standard"] | None = None
+    """Only ``standard``: there is no fast mode."""
     # what this service cannot do: refused when asked for (see _supported)
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: dict[str, Any] | None = None
     mcp_servers: list[dict[str, Any]] | None = None
+    output_config: dict[str, Any] | None = None
+    """Only empty (or its fields null): output formats and effort levels are not supported."""
 
     @model_validator(mode="before")
     @classmethod
@@ -97,6 +103,9 @@ class Conversation(_Body):
             raise _unsupported("thinking", "extended thinking is not supported")
         if self.mcp_servers:
             raise _unsupported("mcp_servers", "MCP servers are not supported")
+        for name, value in (self.output_config or {}).items():
+            if value is not None:
+                raise _unsupported(f"output_config.{name}", "output options are not supported")
         for where, blocks in self._text_blocks():
             for j, block in enumerate(blocks):
                 if block.citations:
@@ -144,13 +153,19 @@ class MessagesRequest(Conversation):
     """Accepted: every request is served at the one (standard) tier."""
     container: Any = None
     context_management: Any = None
+    diagnostics: Any = None
+    inference_geo: Any = None
 
     @model_validator(mode="after")
     def _messages_supported(self) -> MessagesRequest:
-        if self.container is not None:
-            raise _unsupported("container", "containers are not supported")
-        if self.context_management is not None:
-            raise _unsupported("context_management", "context management is not supported")
+        for name, why in (
+            ("container", "containers are not supported"),
+            ("context_management", "context management is not supported"),
+            ("diagnostics", "diagnostics are not supported (nothing is cached)"),
+            ("inference_geo", "the region cannot be chosen"),
+        ):
+            if getattr(self, name) is not None:
+                raise _unsupported(name, why)
         for i, stop in enumerate(self.stop_sequences or []):
             if not stop or len(stop) > MAX_STOP_LENGTH:
                 raise _unsupported(f"stop_sequences.{i}", f"1 to {MAX_STOP_LENGTH} characters")

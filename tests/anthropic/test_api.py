@@ -145,6 +145,11 @@ def test_bearer_keys_blocks_and_a_system_of_blocks_render_as_strings_do(alice, w
     cached = {
         **as_blocks,
         "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},  # accepted: nothing is cached
+        "speed": "standard",
+        "output_config": {"effort": None, "format": None},
+        "thinking": {"type": "disabled"},
+        "tool_choice": {"type": "none"},
     }
     assert post(alice, "messages/count_tokens", cached).json() == counts[0]
 
@@ -313,6 +318,33 @@ BAD = [
         None,
     ),
     ({"model": "m", "max_tokens": 4, "messages": HI, "container": "c"}, "container", None),
+    ({"model": "m", "max_tokens": 4, "messages": HI, "inference_geo": "us"}, "inference_geo", None),
+    (
+        {
+            "model": "m",
+            "max_tokens": 4,
+            "messages": HI,
+            "diagnostics": {"previous_message_id": None},
+        },
+        "diagnostics",
+        None,
+    ),
+    ({"model": "m", "max_tokens": 4, "messages": HI, "speed": "fast"}, "speed", None),
+    (
+        {
+            "model": "m",
+            "max_tokens": 4,
+            "messages": HI,
+            "output_config": {"format": {"type": "json_schema", "schema": {}}},
+        },
+        "output_config.format",
+        "not supported",
+    ),
+    (
+        {"model": "m", "max_tokens": 4, "messages": HI, "output_config": {"effort": "high"}},
+        "output_config.effort",
+        None,
+    ),
     (
         {"model": "m", "max_tokens": 4, "messages": HI, "metadata": {"user_id": "u" * 257}},
         "metadata.user_id",
