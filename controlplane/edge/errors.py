@@ -7,6 +7,7 @@ refused by the middleware) in the shape of the face it is under.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -207,13 +208,17 @@ def refusal(request, error: DomainError) -> dict:
 # -- a path no view answers ------------------------------------------------------------------
 
 
+def _is_anthropic(path: str) -> bool:
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
 def _api_error(request, status: int, detail: str, code: str):
     """``{detail, code, field}`` under /api/, Anthropic's shape under /v1/messages, OpenAI's
     elsewhere under /v1/; None elsewhere."""
     from django.http import JsonResponse
 
     path = request.path
-    if path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/"):
+    if _is_anthropic(path):
         return JsonResponse(anthropic_error_body(status, detail), status=status)
     if path.startswith("/api/"):
         return JsonResponse({"detail": detail, "code": code, "field": None}, status=status)
@@ -221,6 +226,16 @@ def _api_error(request, status: int, detail: str, code: str):
         kind = "server_error" if status >= 500 else "invalid_request_error"
         return JsonResponse(error_body(detail, kind, code=code), status=status)
     return None
+
+
+def api_payload_too_large(request, detail: str):
+    """A body over the size limit, refused before it is read, in the shape of its face."""
+    from django.http import HttpResponse, JsonResponse
+
+    if _is_anthropic(request.path):
+        return JsonResponse(anthropic_error_body(413, detail), status=413)
+    body = {"detail": detail, "code": "payload_too_large", "field": None}
+    return HttpResponse(json.dumps(body), status=413, content_type="application/json")
 
 
 def api_bad_request(request, detail: str):

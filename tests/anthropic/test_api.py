@@ -570,3 +570,12 @@ def test_a_retry_with_its_idempotency_key_runs_and_meters_once(alice, world) -> 
     assert len(sample_ops()) == 1
     other = post(alice, "messages", {**body, "max_tokens": 4}, **key)
     assert "Idempotency-Key" in error_of(other, 409, "invalid_request_error")
+
+
+def test_a_body_over_the_size_limit_is_413_request_too_large(alice, settings) -> None:
+    settings.MAX_REQUEST_BYTES = 1000
+    big = [{"role": "user", "content": "x" * 2000}]
+    r = post(alice, "messages", {"model": "m", "max_tokens": 1, "messages": big})
+    assert "exceeds the limit of 1000 bytes" in error_of(r, 413, "request_too_large")
+    r = alice.client.post("/api/v1/asample", {"x": "y" * 2000}, format="json")
+    assert r.status_code == 413 and r.json()["code"] == "payload_too_large"
