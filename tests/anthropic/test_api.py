@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from controlplane.audit.models import AuditEvent
 from controlplane.completions import services
 from controlplane.fleet.models import Worker
 from controlplane.metering.models import UsageRecord
@@ -121,6 +122,11 @@ def test_a_message_is_billed_as_v1_bills_the_same_conversation(alice, world) -> 
     assert chat["usage"]["prompt_tokens"] == msg.usage.input_tokens
     first, second = (Operation.objects.get(pk=o) for o in sample_ops())
     assert first.payload["prompt"] == second.payload["prompt"]
+    # audited as /v1 audits it: sessions:Sample on the sampler, allowed, with the caller's key
+    audited = AuditEvent.objects.filter(action="sessions:Sample").order_by("at")
+    (mine, theirs) = audited
+    assert (mine.resource, mine.allowed, mine.api_key) == (theirs.resource, True, theirs.api_key)
+    assert mine.resource.endswith(f":sampler/{first.sampling_session_id}")
     counted = post(
         alice, "messages/count_tokens", {k: body[k] for k in ("model", "system", "messages")}
     )
