@@ -154,7 +154,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Loopwright API",
     "DESCRIPTION": (
         "Training sessions over the Tinker protocol (/api/v1), Loopwright's own resources "
-        "(/api/v1) and OpenAI-compatible sampling (/v1). Every bound is stated on its field; "
+        "(/api/v1), OpenAI-compatible sampling (/v1) and Anthropic's Messages (/v1/messages). "
+        "Every bound is stated on its field; "
         "docs/limits.md lists them all."
     ),
     "VERSION": "1",

@@ -1,5 +1,5 @@
-"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/,
-SageMaker's control plane at /sagemaker, the dashboard at the root."""
+"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints and Anthropic's
+Messages under /v1/, SageMaker's control plane at /sagemaker, the dashboard at the root."""
 
 from django.urls import include, path
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
+    path("v1/", include("controlplane.anthropic_api.urls")),  # messages, messages/count_tokens
     # SageMaker's control plane (AWS JSON 1.1, SigV4): botocore posts to the endpoint URL as is
     path("sagemaker", sagemaker),
     path("", include("web.urls")),

@@ -1,8 +1,9 @@
 """The error shape of each face: ``{"detail", "code", "field"}`` under ``/api/``, OpenAI's
 ``{"error": {"message", "type", "param", "code"}}`` under ``/v1/`` (each with its DRF exception
-handler), and a dashboard page's account of a refusal; a path no view answers (a 404, a crash
-outside any view, a bad request refused by the middleware) in the shape of the face it is under,
-AWS's JSON error shape under the SageMaker planes.
+handler; Anthropic's, under ``/v1/messages``, is in ``anthropic_errors``), and a dashboard page's
+account of a refusal; a path no view answers (a 404, a crash outside any view, a bad request
+refused by the middleware) in the shape of the face it is under, AWS's JSON error shape under
+the SageMaker planes.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from controlplane.errors import (
 )
 from controlplane.iam.actions import ACTIONS
 
+from .anthropic_errors import error_body as anthropic_error_body
 from .callers import principal_of
 
 log = logging.getLogger(__name__)
+ANTHROPIC_PATH = "/v1/messages"  # Anthropic's Messages face, under OpenAI's /v1/
 
 # -- /api/: {"detail", "code", "field"} ------------------------------------------------------
 
@@ -209,9 +212,13 @@ def refusal(request, error: DomainError) -> dict:
 _AWS_CODES = {404: "UnknownOperationException", 500: "InternalFailure"}
 
 
+def _is_anthropic(path: str) -> bool:
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
 def _api_error(request, status: int, detail: str, code: str):
-    """``{detail, code, field}`` under /api/, OpenAI's shape under /v1/, AWS's under the
-    SageMaker planes; None elsewhere."""
+    """``{detail, code, field}`` under /api/, Anthropic's shape under /v1/messages, OpenAI's
+    elsewhere under /v1/, AWS's under the SageMaker planes; None elsewhere."""
     from django.http import JsonResponse
 
     path = request.path
@@ -219,6 +226,8 @@ def _api_error(request, status: int, detail: str, code: str):
         error = AwsError(_AWS_CODES.get(status, "ValidationException"), detail, status=status)
         kind = JSON_1_1 if path == "/sagemaker" else "application/json"
         return aws_error_response(error, content_type=kind)
+    if _is_anthropic(path):
+        return JsonResponse(anthropic_error_body(status, detail), status=status)
     if path.startswith("/api/"):
         return JsonResponse({"detail": detail, "code": code, "field": None}, status=status)
     if path.startswith("/v1/"):

@@ -1,76 +1,21 @@
-"""``stream: true`` answered as the worker draws the tokens.
-
-Before its operations are submitted, the request listens on each one's token channel
-(``controlplane.operations.token_notices``) and for its completion notice, so nothing sent
-after the insert is missed; the stream then sends each choice's text as it becomes final
-(``live_text``), the ``n`` choices interleaved by ``index``. Once every operation has finished,
-the completed rows say the rest: text and tokens not sent yet (a missed notice, a dropped
-connection), each finish reason, and the usage (metered once from those rows, as for any
-request). Where workers send no tokens (SQLite), the finished answer is sent as a stream.
-"""
+"""``stream: true`` answered as the worker draws the tokens: the events of
+``controlplane.completions.live`` written as OpenAI's chunks (``sse.chunks_of``)."""
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
-import time
 from collections.abc import Iterator
 
-from django.conf import settings
-
-from controlplane import pg_listen
-from controlplane.edge.errors import openai_error_of
-from controlplane.errors import DomainError
-from controlplane.operations import notices, token_notices
+from controlplane.completions import live
+from controlplane.completions.services import Prepared
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions.models import Operation, new_id
 
-from . import services
-from .errors import Timeout
-from .live_text import ChoiceText
-from .sse import Chunks, chat_chunks, completion_chunks
-
-log = logging.getLogger(__name__)
-LISTEN_WAIT_SECONDS = 2.0  # for LISTEN to be in place before the submit
-LOOK_SECONDS = 1.0  # a look at the rows when no notice came (a notice may have been missed)
-_FINISHED = object()  # an operation's completion notice
-_FIELDS = ["status", "result", "error", "error_category"]
-
-
-class _Heard:
-    """What the request's listeners hear, token and completion notices in one queue, read by
-    the stream's generator."""
-
-    def __init__(self) -> None:
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._channels: list[str] = []
-        self._waiters: list[tuple[str, notices.Waiter]] = []
-
-    def listen(self, request_id: str) -> threading.Event:
-        """Hear ``request_id``'s tokens and completion; set once its tokens are listened for."""
-        name = token_notices.channel(request_id)
-        self._channels.append(name)
-        listened = pg_listen.listener.listen(
-            name, lambda payload: self.queue.put((request_id, payload))
-        )
-        waiter = notices.expect(request_id, on_wake=lambda: self.queue.put((request_id, _FINISHED)))
-        if waiter is not None:
-            self._waiters.append((request_id, waiter))
-        return listened
-
-    def close(self) -> None:
-        for name in self._channels:
-            pg_listen.listener.unlisten(name)
-        for request_id, waiter in self._waiters:
-            notices.forget(request_id, waiter)
-        self._channels, self._waiters = [], []
+from .sse import chunks_of
 
 
 def stream(
     *,
     tenant: Tenant,
-    prepared: services.Prepared,
+    prepared: Prepared,
     idempotency_key: str | None,
     chat: bool,
     logprobs: bool,
@@ -78,118 +23,12 @@ def stream(
 ) -> Iterator[dict | None]:
     """Submit the request and return its chunks (None: a keep-alive) as they come. A refusal
     raises here, before anything is sent; a failure later is the stream's last chunk."""
-    if not token_notices.available():
-        done = services.prepared_complete(
-            tenant=tenant, prepared=prepared, idempotency_key=idempotency_key
-        )
-        chunks = chat_chunks if chat else completion_chunks
-        return chunks(done, logprobs=logprobs, include_usage=include_usage)
-    heard = _Heard()
-    try:
-        ids = [new_id("req") for _ in prepared.payloads]
-        listened = [heard.listen(request_id) for request_id in ids]
-        limit = time.monotonic() + LISTEN_WAIT_SECONDS
-        for event in listened:  # without it in time, the rows say what was missed
-            event.wait(max(0.0, limit - time.monotonic()))
-        ops = services.prepared_submit(
-            tenant=tenant, prepared=prepared, idempotency_key=idempotency_key, request_ids=ids
-        )
-        for op in ops:
-            if op.pk not in ids:  # a retry, answered with the operations its key made first
-                heard.listen(op.pk)
-    except BaseException:
-        heard.close()
-        raise
-    out = Chunks(
+    events = live.stream(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
+    return chunks_of(
+        events,
         chat=chat,
-        id=services.completion_id(prepared, ops),
-        created=int(ops[0].created_at.timestamp()),
         model=prepared.model,
         tokenizer=prepared.tokenizer,
         logprobs=logprobs,
         include_usage=include_usage,
     )
-    return _live(heard, prepared, ops, out)
-
-
-def _live(
-    heard: _Heard, prepared: services.Prepared, ops: list[Operation], out: Chunks
-) -> Iterator[dict | None]:
-    try:
-        n = int(prepared.payloads[0].get("num_samples", 1))
-        first = {op.pk: k * n for k, op in enumerate(ops)}  # each operation's first choice
-        texts = [ChoiceText(prepared.tokenizer, prepared.stops) for _ in range(len(ops) * n)]
-        for i in range(len(texts)):
-            if (chunk := out.opening(i)) is not None:
-                yield chunk
-        yield from _while_running(heard, ops, first, n, texts, out)
-        done = services.completed(prepared, ops)
-        for i, choice in enumerate(done.choices):
-            rest = texts[i].finish(choice)
-            if (chunk := out.text(i, rest.text, rest.pieces)) is not None:
-                yield chunk
-            yield out.finish(i, choice.finish_reason)
-        if (usage := out.usage(done)) is not None:
-            yield usage
-    except DomainError as exc:
-        yield {"error": openai_error_of(exc)}
-    finally:  # also when the client went away: the operations run on, metered as any
-        heard.close()
-
-
-def _while_running(
-    heard: _Heard,
-    ops: list[Operation],
-    first: dict[str, int],
-    n: int,
-    texts: list[ChoiceText],
-    out: Chunks,
-) -> Iterator[dict | None]:
-    """The choices' text as their tokens are heard, until every operation has finished."""
-    running = {op.pk: op for op in ops if op.status not in Operation.FINISHED}
-    deadline = time.monotonic() + settings.OPENAI_WAIT_SECONDS
-    keepalive = settings.STREAM_KEEPALIVE_SECONDS
-    sent_at = time.monotonic()
-    while running:
-        now = time.monotonic()
-        if now >= deadline:
-            raise Timeout(
-                f"the request did not finish within {settings.OPENAI_WAIT_SECONDS:g} s "
-                f"(request {next(iter(running))} still runs and will be metered)"
-            )
-        try:
-            request_id, payload = heard.queue.get(timeout=min(LOOK_SECONDS, deadline - now))
-        except queue.Empty:
-            for op in list(running.values()):
-                _look(op, running)
-            if time.monotonic() - sent_at >= keepalive:
-                sent_at = time.monotonic()
-                yield None
-            continue
-        if request_id not in running:
-            continue
-        if payload is _FINISHED:
-            _look(running[request_id], running)
-            continue
-        try:
-            entries = token_notices.parse(payload)
-        except (ValueError, TypeError):
-            log.warning("ignored a malformed token notice: %.200s", payload)
-            continue
-        touched: dict[int, None] = {}
-        for sample, position, token, logprob, top in entries:
-            if 0 <= sample < n:
-                i = first[request_id] + sample
-                texts[i].add(position, token, logprob, top)
-                touched[i] = None
-        for i in touched:
-            update = texts[i].update()
-            if update is not None and (chunk := out.text(i, update.text, update.pieces)):
-                sent_at = time.monotonic()
-                yield chunk
-
-
-def _look(op: Operation, running: dict[str, Operation]) -> None:
-    op.refresh_from_db(fields=_FIELDS)
-    if op.status in Operation.FINISHED:
-        running.pop(op.pk, None)

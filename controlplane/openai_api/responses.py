@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .rendering import Piece, token_text
-from .services import Completed
+from controlplane.completions.rendering import Piece, token_text
+from controlplane.completions.services import Completed
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

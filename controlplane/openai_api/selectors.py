@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db.models import Q
 from django.utils import timezone
 
+from controlplane.completions.errors import ModelNotFound
 from controlplane.operations.admission import OPEN_STATES
 from controlplane.registry.models import ModelPackage
 from controlplane.registry.services import package_arn
@@ -17,8 +18,6 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
-
-from .errors import ModelNotFound
 
 LIMIT = 500  # of each kind, newest first
 

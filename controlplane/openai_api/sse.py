@@ -1,8 +1,8 @@
 """Streaming answers as server-sent events, in OpenAI's ``chat.completion.chunk`` and
 ``text_completion`` layouts: a chunk per piece of text (with its tokens' logprobs when asked
 for), a final chunk per choice with its finish reason, the usage chunk when asked for, then
-``data: [DONE]``. ``chat_chunks`` / ``completion_chunks`` send a finished answer this way;
-``live`` sends one as its tokens arrive, through the same ``Chunks``."""
+``data: [DONE]``. ``chunks_of`` writes the events of ``controlplane.completions.live`` (a
+stream as its tokens arrive, or a finished answer replayed) as these chunks."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from .rendering import Piece
+from controlplane.completions import live
+from controlplane.completions.rendering import Piece
+from controlplane.completions.services import Completed
+from controlplane.edge.errors import openai_error_of
+
 from .responses import chat_logprobs, completion_logprobs, usage
-from .services import Completed
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -93,25 +96,57 @@ class Chunks:
         return {**self.head, "choices": [], "usage": usage(done)} if self.include_usage else None
 
 
+def chunks_of(
+    events: Iterable[live.Event],
+    *,
+    chat: bool,
+    model: str,
+    tokenizer: PreTrainedTokenizerBase,
+    logprobs: bool,
+    include_usage: bool,
+) -> Iterator[dict | None]:
+    """The chunks of a stream's events (None: a keep-alive); a failure is a last chunk holding
+    ``error`` in OpenAI's shape."""
+    out: Chunks | None = None
+    for e in events:
+        if isinstance(e, live.Started):
+            out = Chunks(
+                chat=chat,
+                id=e.id,
+                created=e.created,
+                model=model,
+                tokenizer=tokenizer,
+                logprobs=logprobs,
+                include_usage=include_usage,
+            )
+        elif isinstance(e, live.Failed):
+            yield {"error": openai_error_of(e.error)}
+        elif e is None:
+            yield None
+        elif out is None:
+            raise ValueError(f"{type(e).__name__} before the stream started")
+        elif isinstance(e, live.Opened):
+            if (first := out.opening(e.index)) is not None:
+                yield first
+        elif isinstance(e, live.Text):
+            if (chunk := out.text(e.index, e.text, e.pieces)) is not None:
+                yield chunk
+        elif isinstance(e, live.Finished):
+            yield out.finish(e.index, e.choice.finish_reason)
+        elif isinstance(e, live.Ended) and (last := out.usage(e.done)) is not None:
+            yield last
+
+
 def _chunks(done: Completed, chat: bool, logprobs: bool, include_usage: bool) -> Iterator[dict]:
-    out = Chunks(
+    chunks = chunks_of(
+        live.replayed(done),
         chat=chat,
-        id=done.id,
-        created=done.created,
         model=done.model,
         tokenizer=done.tokenizer,
         logprobs=logprobs,
         include_usage=include_usage,
     )
-    for i, choice in enumerate(done.choices):
-        if (first := out.opening(i)) is not None:
-            yield first
-        for piece in choice.pieces:  # a chunk per token, as they were drawn
-            if (chunk := out.text(i, piece.delta, [piece])) is not None:
-                yield chunk
-        yield out.finish(i, choice.finish_reason)
-    if (last := out.usage(done)) is not None:
-        yield last
+    return (c for c in chunks if c is not None)
 
 
 def chat_chunks(done: Completed, *, logprobs: bool, include_usage: bool) -> Iterator[dict]:

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from controlplane.edge.callers import allow, tenant_of
 from controlplane.edge.errors import openai_exception_handler
-from controlplane.errors import DomainError
+from controlplane.edge.idempotency import idempotency_key
 
 from . import live, responses, selectors, services, sse
 from .schemas import ChatCompletionRequest, CompletionRequest
@@ -38,22 +38,6 @@ def parsed(request: Request, model: type[M]) -> M:
     if not isinstance(request.data, dict):
         raise ParseError("the request body must be a JSON object")
     return model.model_validate(request.data)
-
-
-IDEMPOTENCY_KEY_LIMIT = 255
-
-
-def idempotency_key(request: Request) -> str | None:
-    """The ``Idempotency-Key`` header: 1 to 255 visible ASCII characters, or absent."""
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return None
-    if not 0 < len(key) <= IDEMPOTENCY_KEY_LIMIT or not all(33 <= ord(c) <= 126 for c in key):
-        raise DomainError(
-            f"Idempotency-Key: 1 to {IDEMPOTENCY_KEY_LIMIT} visible ASCII characters",
-            field="Idempotency-Key",
-        )
-    return key
 
 
 def _streamed(chunks: Iterable[dict | None]) -> StreamingHttpResponse:

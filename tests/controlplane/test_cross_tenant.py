@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import pytest
 
+from controlplane.anthropic_api.urls import urlpatterns as anthropic_urlpatterns
 from controlplane.api.urls import urlpatterns
 
 from .conftest import TINY, Person
@@ -337,3 +338,37 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
             world["named_group"],
         ):
             assert value not in text, (path, value)
+
+
+def anthropic_probes(w: dict) -> dict[str, list[dict]]:
+    """route of Anthropic's Messages face (under /v1/) → bodies naming alice's models."""
+    version_arn = f"arn:loopwright:registry::{w['account']}:model-package/{w['group']}/1"
+    names = [w["session"], w["model"], w["path"], w["sampler"], version_arn]
+    hi = [{"role": "user", "content": "hi"}]
+    return {
+        "messages": [{"model": n, "max_tokens": 4, "messages": hi} for n in names]
+        + [{"model": w["model"], "max_tokens": 4, "messages": hi, "stream": True}],
+        "messages/count_tokens": [{"model": n, "messages": hi} for n in names],
+    }
+
+
+def test_charlie_gets_anthropics_404_for_every_name_of_alices(
+    world, alice: Person, charlie: Person
+) -> None:
+    probes = anthropic_probes(world)
+    routes = {str(p.pattern) for p in anthropic_urlpatterns}
+    assert routes == set(probes), "add a cross-tenant probe for each route"
+    hi = [{"role": "user", "content": "hi"}]
+    unknown = {"model": "sampler-never-made", "max_tokens": 4, "messages": hi}
+    nobody = charlie.client.post("/v1/messages", unknown, format="json").json()
+    for route, bodies in probes.items():
+        for body in bodies:
+            r = charlie.client.post(f"/v1/{route}", body, format="json")
+            assert r.status_code == 404, (route, body["model"], r.content)
+            error = r.json()["error"]
+            assert error["type"] == "not_found_error" == nobody["error"]["type"]
+            # worded as for a name that never existed
+            assert error["message"] == nobody["error"]["message"].replace(
+                "sampler-never-made", body["model"]
+            )
+    assert alice.get(f"samplers/{world['sampler']}").status_code == 200

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from controlplane import openapi
+from controlplane.anthropic_api.urls import urlpatterns as anthropic_routes
 from controlplane.api.urls import urlpatterns as api_routes
 from controlplane.openai_api.urls import urlpatterns as openai_routes
 
@@ -39,17 +40,24 @@ def _methods(view) -> set[str]:
     return {m.upper() for m in ("get", "post", "put", "patch", "delete") if hasattr(cls, m)}
 
 
+FACES = (  # prefix, routes, the error shape of its refusals
+    ("/api/v1/", api_routes, "Error"),
+    ("/v1/", openai_routes, "OpenAIError"),
+    ("/v1/", anthropic_routes, "AnthropicError"),
+)
+
+
 def _routes():
-    for prefix, routes in (("/api/v1/", api_routes), ("/v1/", openai_routes)):
+    for prefix, routes, error in FACES:
         for route in routes:
             if str(route.pattern) not in NOT_DOCUMENTED:
-                yield prefix, route
+                yield prefix, route, error
 
 
 def test_every_route_and_method_is_in_the_document(document) -> None:
     assert document["openapi"] == "3.1.0"
-    described = {**openapi.ROUTES, **openapi.OPENAI_ROUTES}
-    for prefix, route in _routes():
+    described = {**openapi.ROUTES, **openapi.OPENAI_ROUTES, **openapi.ANTHROPIC_ROUTES}
+    for prefix, route, error in _routes():
         path = _openapi_path(prefix, str(route.pattern))
         assert path in document["paths"], path
         view = route.callback
@@ -57,7 +65,6 @@ def test_every_route_and_method_is_in_the_document(document) -> None:
         assert key in described or view in described, f"describe {path} in openapi.ROUTES"
         ops = document["paths"][path]
         assert {m.upper() for m in ops if m != "parameters"} == _methods(view), path
-        error = "OpenAIError" if prefix == "/v1/" else "Error"
         for op in ops.values():
             ref = op["responses"]["4XX"]["content"]["application/json"]["schema"]["$ref"]
             assert ref == f"#/components/schemas/{error}", (path, ref)
@@ -83,10 +90,15 @@ def test_every_field_of_every_body_is_in_the_document(document) -> None:
 
 
 def _request_model(path: str, method: str) -> type[BaseModel] | None:
-    for prefix, route in _routes():
+    for prefix, route, _ in _routes():
         if _openapi_path(prefix, str(route.pattern)) == path:
             view = route.callback
-            ops = openapi.ROUTES.get(view) or openapi.OPENAI_ROUTES.get(view.view_class)
+            view_class = getattr(view, "view_class", None)
+            ops = (
+                openapi.ROUTES.get(view)
+                or openapi.OPENAI_ROUTES.get(view_class)
+                or openapi.ANTHROPIC_ROUTES.get(view_class)
+            )
             request = ops[method.upper()].request
             if isinstance(request, dict):  # by media type
                 request = request["application/json"]
@@ -111,6 +123,12 @@ def test_the_bounds_are_stated(document) -> None:
     error = schemas["Error"]
     assert set(error["properties"]) == {"detail", "code", "field"}
     assert error["properties"]["detail"]["maxLength"] == 1000
+    messages = schemas["MessagesRequestInput"]["properties"]
+    assert (messages["max_tokens"]["minimum"], messages["max_tokens"]["maximum"]) == (1, 2**31 - 1)
+    assert messages["temperature"]["anyOf"][0]["maximum"] == 1
+    assert "max_tokens" in schemas["MessagesRequestInput"]["required"]
+    anthropic = schemas["AnthropicError"]["properties"]
+    assert set(anthropic) == {"type", "error"}
 
 
 def test_the_docs_page_and_its_assets_are_served_here(client) -> None:
@@ -132,3 +150,14 @@ def test_charlie_gets_404_on_what_the_document_describes(alice, charlie) -> None
     sid = open_session(alice)
     assert charlie.get(f"sessions/{sid}").status_code == 404
     assert charlie.post("session_heartbeat", {"session_id": sid}).status_code == 404
+    hi = [{"role": "user", "content": "hi"}]
+    r = charlie.client.post(
+        "/v1/messages/count_tokens", {"model": sid, "messages": hi}, format="json"
+    )
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+
+
+def test_the_messages_routes_answer_529_when_overloaded(document) -> None:
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        answers = document["paths"][path]["post"]["responses"]
+        assert "529" in answers and "503" not in answers, path

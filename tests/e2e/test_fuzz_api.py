@@ -1,5 +1,5 @@
 """Schemathesis against the live stack, from the OpenAPI document it serves: every operation of
-/api/v1 and /v1 gets generated bodies, parameters and headers (valid and not), and none may
+/api/v1 and /v1 (Anthropic's /v1/messages too) gets generated bodies, parameters and headers (valid and not), and none may
 answer a 5xx, an undocumented status or content type, or a body unlike the document. Before and
 after, a tenant's session trains and samples: a model made afterwards from the same seed, data
 and steps ends exactly where one made before did, and the one made before trains on.
@@ -40,10 +40,12 @@ RETRYABLE = {"no_capacity", "kms_unavailable", "unavailable"}
 def no_server_error(ctx, response, case) -> bool | None:
     if response.status_code < 500:
         return None
-    retryable = (
-        response.status_code == 503
-        and any(name.lower() == "retry-after" for name in response.headers)
-        and (response.json() or {}).get("code") in RETRYABLE
+    body = response.json() or {}
+    retry_after = any(name.lower() == "retry-after" for name in response.headers)
+    retryable = retry_after and (
+        (response.status_code == 503 and body.get("code") in RETRYABLE)
+        # Anthropic's face says "no worker can take it now" as its clients know it
+        or (response.status_code == 529 and body["error"]["type"] == "overloaded_error")
     )
     if not retryable:
         raise AssertionError(f"{response.status_code}: {response.text[:500]}")

@@ -13,9 +13,9 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion
 from rest_framework.test import APIClient
 
+from controlplane.completions import services
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
-from controlplane.openai_api import services
 from controlplane.openai_api.urls import urlpatterns
 from controlplane.quotas import ratelimit
 from controlplane.training_sessions.models import Operation, SamplingSession

@@ -9,9 +9,9 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from controlplane.completions.rendering import choice_of
+from controlplane.completions.services import Completed
 from controlplane.openai_api import responses, sse
-from controlplane.openai_api.rendering import choice_of
-from controlplane.openai_api.services import Completed
 from workers.engine.tiny_model import build_tiny_tokenizer
 
 EOS = 258

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, connections
 
 from controlplane import pg_listen
-from controlplane.openai_api import services
+from controlplane.completions import services
 from tests.controlplane.wire import create_model, open_session
 from workers import token_stream
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from controlplane.openai_api.live_text import ChoiceText, sendable
-from controlplane.openai_api.rendering import REPLACEMENT, choice_of
+from controlplane.completions.live_text import ChoiceText, sendable
+from controlplane.completions.rendering import REPLACEMENT, choice_of
 
 from .test_rendering import EOS, ids, seq, tok  # noqa: F401  (tok: the tiny tokenizer fixture)
 

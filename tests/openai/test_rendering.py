@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.openai_api.rendering import (
+from controlplane.completions.rendering import (
     RenderError,
     choice_of,
     encode_prompt,

@@ -1,6 +1,7 @@
-"""Text and tokens for the OpenAI endpoints: a tokenizer built from the files a worker
-registered, chat messages rendered with the model's chat template, and sampled sequences turned
-back into text, a finish reason and per-token logprobs. Knows nothing of Django or requests."""
+"""Text and tokens for the chat faces: a tokenizer built from the files a worker registered,
+chat messages rendered with the model's chat template, and sampled sequences turned back into
+text, a finish reason (and the stop sequence that ended it) and per-token logprobs. Knows
+nothing of Django or requests."""
 
 from __future__ import annotations
 
@@ -40,8 +41,14 @@ def tokenizer_load(files: dict[str, str], chat_template: str | None) -> PreTrain
     return tokenizer
 
 
-def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of ``messages`` in the chat template, opening the assistant's turn.
+def render_chat(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[dict[str, str]],
+    *,
+    continue_final: bool = False,
+) -> list[int]:
+    """Token ids of ``messages`` in the chat template, opening the assistant's turn (or, with
+    ``continue_final``, leaving the final message's turn open: its text is continued).
 
     Control tokens inside message text are encoded as plain text: only the template writes
     role markers, so a message cannot forge another turn.
@@ -53,7 +60,8 @@ def render_chat(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str
     try:
         out: Any = tokenizer.apply_chat_template(
             messages,
-            add_generation_prompt=True,
+            add_generation_prompt=not continue_final,
+            continue_final_message=continue_final,
             tokenize=True,
             return_dict=True,
             sanitize_control_tokens=True,
@@ -96,6 +104,7 @@ class Choice:
     finish_reason: str  # "stop" (end of sequence or a stop sequence) or "length"
     pieces: list[Piece]
     sampled_tokens: int  # every token generated (metered), the cut-off ones included
+    stop: str | None = None  # the stop sequence the text ends before, when one ended it
 
 
 def choice_of(
@@ -112,14 +121,14 @@ def choice_of(
         str(tokenizer.decode(body[:i], skip_special_tokens=True)) for i in range(len(body) + 1)
     ]
     text = prefixes[-1]
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
-    if cuts:
-        text, finish = text[: min(cuts)], "stop"
+    matched = _first_stop(text, stops)
+    if matched is not None:
+        text, finish = text[: text.find(matched)], "stop"
     pieces: list[Piece] = []
     sent = 0
     for i, token in enumerate(body):
         offset = min(len(prefixes[i]), len(text))
-        if cuts and offset >= len(text):
+        if matched is not None and offset >= len(text):
             break  # this token begins at or after the stop sequence
         shown = prefixes[i + 1][: len(text)]
         last = i + 1 == len(body)
@@ -131,7 +140,14 @@ def choice_of(
     if pieces and sent < len(text):  # a stop sequence cut the text inside a held-back character
         p = pieces[-1]
         pieces[-1] = Piece(p.token_id, p.delta + text[sent:], p.offset, p.logprob, p.top)
-    return Choice(text, finish, pieces, len(tokens))
+    return Choice(text, finish, pieces, len(tokens), matched)
+
+
+def _first_stop(text: str, stops: list[str]) -> str | None:
+    """The stop sequence the text ends before: the one found first in it (of those found at the
+    same place, the shortest, which generation met first)."""
+    found = [(i, len(s), s) for s in stops if (i := text.find(s)) >= 0]
+    return min(found)[2] if found else None
 
 
 @cache

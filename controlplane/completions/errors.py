@@ -1,5 +1,5 @@
-"""The failures only the OpenAI-compatible endpoints have; ``controlplane.edge.errors`` answers
-them (and every other) in OpenAI's shape."""
+"""The failures of sampling by model name (a name that is not the caller's, a wait that ran out,
+a failed sample operation); ``controlplane.edge`` answers them in each face's shape."""
 
 from __future__ import annotations
 
