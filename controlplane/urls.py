@@ -11,6 +11,7 @@ urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
+    path("sagemaker-runtime/", include("controlplane.sagemaker_runtime.urls")),
     path("", include("web.urls")),
 ]
 openapi.document_all()  # every route of /api/v1 and /v1 described in the OpenAPI document
