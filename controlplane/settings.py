@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "controlplane.fleet",
     "controlplane.training_sessions",
     "controlplane.kms",
+    "controlplane.access_keys",
     "controlplane.registry",
     "controlplane.metering",
     "controlplane.quotas",
@@ -231,6 +232,9 @@ RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or
 KMS_MASTER_KEY = env.str("LOOPWRIGHT_KMS_MASTER_KEY", default="loopwright-kms:" + SECRET_KEY)
 KMS_AWS_ENDPOINT_URL = env.str("LOOPWRIGHT_KMS_AWS_ENDPOINT_URL", default="") or None
 KMS_AWS_REGION = env.str("LOOPWRIGHT_KMS_AWS_REGION", default="us-east-1")
+# The region AWS-style clients sign their requests for (SigV4 credential scope): boto3 and
+# sagemaker-train sign with the region they are given (AWS_REGION), which must be this one.
+AWS_REGION = env.str("LOOPWRIGHT_AWS_REGION", default="us-east-1")
 
 # Usage pushed to Stripe Billing meters (docs/billing.md, "Stripe"); no key: nothing is pushed.
 # How often Celery beat runs housekeeping and the Stripe push (controlplane/celery_app.py).

@@ -75,6 +75,13 @@ class ApiKeyCreateBody(Body):
     role_arn: Arn | None = None
 
 
+class AccessKeyCreateBody(Body):
+    name: _text(200)
+    expires_in_days: Annotated[int, Field(ge=1, le=3650)] | None = None
+    role_arn: Arn | None = None
+    """A role of the account the pair acts as (its trust policy must name the caller)."""
+
+
 class KeyCreateBody(Body):
     description: _text(KMS_MAX_DESCRIPTION, required=False) | None = None
     alias: _text(256, required=False) | None = None

@@ -32,6 +32,11 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ("DescribeTrainingSession", "session", "Read a training session's state"),
         ("ListTrainingSessions", "*", "List the account's training sessions"),
         ("StopTrainingSession", "session", "Stop a training session and free its workers"),
+        (
+            "DeleteTrainingSession",
+            "session",
+            "Delete an ended training session from the SageMaker API (its checkpoints stay)",
+        ),
         ("CreateModel", "model", "Create a LoRA training model in a session"),
         ("GetModelInfo", "model", "Read a model's configuration"),
         ("UnloadModel", "model", "Unload a model from its workers"),
@@ -99,6 +104,17 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ),
         ("ListApiKeys", "user", "List a user's API keys (or, on a role's ARN, the role's)"),
         ("RevokeApiKey", "api-key", "Revoke an API key"),
+        (
+            "CreateAccessKey",
+            "user",
+            "Create an access key pair (SigV4) for a user (or, on a role's ARN, for the role)",
+        ),
+        (
+            "ListAccessKeys",
+            "user",
+            "List a user's access keys (or, on a role's ARN, the role's)",
+        ),
+        ("RevokeAccessKey", "access-key", "Revoke an access key pair"),
     ],
     "kms": [
         ("CreateKey", "*", "Create a customer-managed key"),
@@ -142,7 +158,7 @@ RESOURCE_TYPES: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "sessions": frozenset({"session", "model", "sampler", "checkpoint"}),
         "registry": frozenset({"model-package-group", "model-package"}),
-        "iam": frozenset({"role", "user", "api-key"}),
+        "iam": frozenset({"role", "user", "api-key", "access-key"}),
         "kms": frozenset({"key"}),
     }
 )

@@ -56,13 +56,18 @@ DOCUMENTS: dict[str, dict] = {
             {
                 "Sid": "OwnKeys",
                 "Effect": "Allow",
-                "Action": ["iam:CreateApiKey", "iam:ListApiKeys"],
+                "Action": [
+                    "iam:CreateApiKey",
+                    "iam:ListApiKeys",
+                    "iam:CreateAccessKey",
+                    "iam:ListAccessKeys",
+                ],
                 "Resource": _OWN_USER,
             },
             {
                 "Sid": "RevokeOwnKeys",
                 "Effect": "Allow",
-                "Action": "iam:RevokeApiKey",
+                "Action": ["iam:RevokeApiKey", "iam:RevokeAccessKey"],
                 "Resource": "*",
                 "Condition": {"StringEquals": {"iam:ApiKeyOwner": "${loopwright:PrincipalArn}"}},
             },

@@ -42,6 +42,7 @@ NOT_TENANT_SCOPED = {
     "auth/whoami": "the caller",
     "iam/users": "list: checked for leaks",
     "iam/api-keys": "list: checked for leaks",
+    "iam/access-keys": "list: checked for leaks",
     "iam/roles": "list (role names are per tenant): checked for leaks",
     "audit/events": "list: checked for leaks",
     "billing/usage": "report of the caller's account: checked for leaks",
@@ -78,6 +79,7 @@ def world(alice: Person, runtime) -> dict:
     runtime.drain()  # alice has usage to report
     alice.post("iam/roles", {"name": "secret-role"})
     key = alice.post("iam/api-keys", {"name": "k"}).json()["prefix"]
+    access_key = alice.post("iam/access-keys", {"name": "k"}).json()["access_key_id"]
     kms_key = alice.post("kms/keys", {"description": "alice's"}).json()
     r = alice.post("registry/model-package-groups", {"name": "alice-models"})
     assert r.status_code == 201, r.content
@@ -88,6 +90,7 @@ def world(alice: Person, runtime) -> dict:
         "sampler": sampler,
         "request": save["request_id"],
         "key": key,
+        "access_key": access_key,
         "kms": kms_key.get("key_id") or kms_key.get("id"),
         "kms_arn": kms_key.get("arn"),
         "account": alice.tenant.account_id,
@@ -212,6 +215,9 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
             ),
         ],
         "iam/api-keys/<str:prefix>/revoke": [("post", f"iam/api-keys/{w['key']}/revoke", {})],
+        "iam/access-keys/<str:access_key_id>/revoke": [
+            ("post", f"iam/access-keys/{w['access_key']}/revoke", {})
+        ],
         "iam/roles/<str:name>": [
             ("get", "iam/roles/secret-role", None),
             ("delete", "iam/roles/secret-role", None),
@@ -304,6 +310,7 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
         "training_runs",
         "iam/users",
         "iam/api-keys",
+        "iam/access-keys",
         "iam/roles",
         "audit/events",
         "kms/keys",
@@ -322,6 +329,7 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
             world["session"],
             world["model"],
             world["key"],
+            world["access_key"],
             "secret-role",
             "alice@example.com",
             world["account"],

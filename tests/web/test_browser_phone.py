@@ -33,6 +33,7 @@ def pages(seeded) -> list[tuple[str, str]]:
         ("iam-user", "/iam/users/bob@example.com"),
         ("iam-invitation", f"/iam/users/invitations/{seeded.invitation_id}"),
         ("iam-keys", "/iam/keys"),
+        ("iam-access-keys", "/iam/access-keys"),
         ("iam-simulator", "/iam/simulator?principal=user%3Abob%40example.com"
          "&action=iam%3ACreateRole&action=registry%3AListModelPackages&resource=*"),
         ("kms", "/kms"),

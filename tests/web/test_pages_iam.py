@@ -482,3 +482,37 @@ def test_inviting_a_member_warns_and_invites_nobody(alice, bob):
 def test_a_member_sees_the_invite_form_as_not_theirs(bob):
     page = bob.get("/iam/users").content.decode()
     assert "Create invitation" not in page and "iam:CreateUser" in page
+
+
+def test_access_keys_are_shown_once_sign_and_are_revoked(alice, bob, charlie) -> None:
+    from controlplane.access_keys.authentication import caller_of
+    from controlplane.access_keys.models import AccessKey
+    from controlplane.access_keys.sigv4 import SigV4Error
+    from tests.aws.signing import as_django, signed
+
+    assert "no access keys yet" in alice.get("/iam/access-keys").content.decode()
+    made = alice.post("/iam/access-keys", {"name": "boto3", "owner": "me", "expires_in_days": ""})
+    assert made.status_code == 302
+    r = alice.get(made["Location"])
+    body = r.content.decode()
+    assert r.status_code == 200 and r["Cache-Control"].startswith("max-age=0")
+    key_id = re.search(r"AWS_ACCESS_KEY_ID=(LWAK\w+)", body).group(1)
+    secret = re.search(r"AWS_SECRET_ACCESS_KEY=([\w+/]+)", body).group(1)
+    assert "SAGEMAKER_TRAINING_SESSION_ENDPOINT=http://testserver/sagemaker" in body
+    assert made["Location"] == f"/iam/access-keys?owner=me&created={key_id}"
+    caller = caller_of(as_django(signed(key_id, secret)))
+    assert caller.principal.arn.endswith(":user/alice@example.com")
+    reloaded = alice.get(made["Location"]).content.decode()
+    assert secret not in reloaded and "was shown once" in reloaded
+    listing = alice.get("/iam/access-keys").content.decode()
+    assert key_id in listing and secret not in listing
+    # charlie neither sees nor revokes it; bob may not revoke alice's
+    assert key_id not in charlie.get("/iam/access-keys").content.decode()
+    assert charlie.post(f"/iam/access-keys/{key_id}/revoke").status_code == 404
+    assert bob.post(f"/iam/access-keys/{key_id}/revoke").status_code == 403
+    r = charlie.post("/iam/access-keys", {"name": "x", "owner": "role:LoopwrightSessionRole"})
+    assert r.status_code == 400 and not AccessKey.objects.filter(name="x").exists()
+    r = alice.post(f"/iam/access-keys/{key_id}/revoke")
+    assert r.status_code == 302 and "revoked" in alice.get("/iam/access-keys").content.decode()
+    with pytest.raises(SigV4Error):
+        caller_of(as_django(signed(key_id, secret)))

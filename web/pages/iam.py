@@ -19,6 +19,7 @@ from controlplane.iam.resources import role_arn, user_arn
 from controlplane.tenants import selectors as tenants
 
 from ..formkit import Form, code_area, submit
+from ..iam_access_keys import access_key_list, access_key_revoke
 from ..iam_keys import key_list, key_revoke
 from ..iam_members import RoleForm as MembershipForm
 from ..iam_members import (
@@ -294,5 +295,11 @@ urlpatterns = [
     ),
     path("iam/keys", key_list, name="iam_keys"),
     path("iam/keys/<str:prefix>/revoke", key_revoke, name="iam_key_revoke"),
+    path("iam/access-keys", access_key_list, name="iam_access_keys"),
+    path(
+        "iam/access-keys/<str:access_key_id>/revoke",
+        access_key_revoke,
+        name="iam_access_key_revoke",
+    ),
     path("iam/simulator", simulator, name="iam_simulator"),
 ]
