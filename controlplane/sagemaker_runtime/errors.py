@@ -1,25 +1,21 @@
-"""The runtime's errors in AWS's REST-JSON shape: the status, ``x-amzn-ErrorType`` and a body
-``{"__type", "message"}``, with the service model's exception names, which botocore raises as
-``client.exceptions.<Name>``. Missing and another account's are the same
-``ResourceNotFoundException``; a 5xx is only ever a bug."""
+"""The runtime's errors in AWS's shape (``controlplane.access_keys.aws_errors``: the status,
+``x-amzn-ErrorType`` and a body ``{"__type", "message"}``) with the runtime model's exception
+names and statuses, which botocore raises as ``client.exceptions.<Name>``. Missing and another
+account's are the same ``ResourceNotFoundException``; a SigV4 refusal carries its own code; a
+5xx is only ever a bug."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 from django.http import HttpResponse
 from pydantic import ValidationError
 from rest_framework import exceptions
 
+from controlplane.access_keys.authentication import SigV4Failed
+from controlplane.access_keys.aws_errors import AwsError, aws_error_response
 from controlplane.edge.errors import field_path
-from controlplane.errors import (
-    MAX_DETAIL,
-    AccessDenied,
-    DomainError,
-    RequestOverQuota,
-    shortened,
-)
+from controlplane.errors import AccessDenied, DomainError, RequestOverQuota, shortened
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +38,8 @@ NAMES = {
 
 
 def aws_error(status: int, name: str, message: str, retry_after: int | None = None) -> HttpResponse:
-    body = {"__type": name, "message": shortened(str(message), MAX_DETAIL)}
-    response = HttpResponse(json.dumps(body), status=status, content_type="application/json")
-    response["x-amzn-ErrorType"] = name
-    if retry_after is not None:
-        response["Retry-After"] = str(retry_after)
-    return response
+    error = AwsError(name, str(message), status=status, retry_after=retry_after)
+    return aws_error_response(error, content_type="application/json")
 
 
 def status_of(exc: DomainError) -> int:
@@ -73,7 +65,10 @@ def domain_error(exc: DomainError) -> HttpResponse:
     status = status_of(exc)
     if status == 500:
         log.error("sagemaker runtime: %s", exc.detail)
-    return aws_error(status, NAMES[status], exc.detail, getattr(exc, "retry_after", None))
+    detail = exc.detail
+    if exc.field == "seq_id":  # the services' word for it
+        detail = detail.replace("seq_id", "sequenceNumber")
+    return aws_error(status, NAMES[status], detail, getattr(exc, "retry_after", None))
 
 
 def validation_error(exc: ValidationError) -> HttpResponse:
@@ -90,10 +85,11 @@ def exception_handler(exc, context) -> HttpResponse:
         return domain_error(exc)
     if isinstance(exc, ValidationError):
         return validation_error(exc)
-    name = getattr(exc, "aws_code", None)  # a SigV4 refusal names its own
+    if isinstance(exc, SigV4Failed):  # a SigV4 refusal names its own
+        return aws_error_response(exc.error, content_type="application/json")
     if isinstance(exc, exceptions.APIException):
         status = exc.status_code
-        name = name or NAMES.get(status) or (VALIDATION if status < 500 else INTERNAL)
+        name = NAMES.get(status) or (VALIDATION if status < 500 else INTERNAL)
         if isinstance(exc, exceptions.Throttled):
             return aws_error(429, THROTTLING, str(exc.detail), int(exc.wait or 1))
         if isinstance(exc, exceptions.ParseError):

@@ -10,6 +10,7 @@ from django.http import HttpResponse
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from controlplane.access_keys.authentication import SigV4Authentication
 from controlplane.api.json_body import loads
 from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError
@@ -26,6 +27,8 @@ NAME = re.compile(r"[a-zA-Z0-9-]{1,64}")
 
 
 class RuntimeView(APIView):
+    authentication_classes = [SigV4Authentication]
+
     def get_exception_handler(self):
         return exception_handler
 
