@@ -215,7 +215,7 @@ def test_operations_run_in_sequence_number_order_and_retries_get_the_same_one(
     with pytest.raises(sm.exceptions.ConflictException, match="sequenceNumber 1 is behind"):
         execute(sm, ts, 1, ADAM, token="c")
     execute(sm, ts, 3, ADAM, token="d")
-    with pytest.raises(sm.exceptions.ConflictException, match="sequenceNumber 3 .* already used"):
+    with pytest.raises(sm.exceptions.ConflictException, match=r"sequenceNumber 3 .* already used"):
         execute(sm, ts, 3, fb_config(), token="d")
 
 
