@@ -43,8 +43,11 @@ def _session(request: Request, name: str) -> TrainingSession:
     return training_session_get(tenant=tenant_of(request), name=_named(name, "trainingSessionName"))
 
 
-def _body(request: Request) -> object:
-    return loads(request.body) if request.body else {}
+def _body(request: Request) -> dict:
+    body = loads(request.body) if request.body else {}
+    if not isinstance(body, dict):
+        raise DomainError("the request body must be a JSON object")
+    return body
 
 
 def _json(body: dict) -> HttpResponse:

@@ -52,15 +52,18 @@ class DjangoTransport:
         return AWSResponse(request.url, response.status_code, dict(response.items()), _Raw(content))
 
 
-def runtime_client(key_id: str, secret: str, *, region: str = "us-east-1"):
-    """boto3's runtime client signing with the access key ``key_id``/``secret``."""
+def runtime_client(key_id: str, secret: str, *, region: str = "us-east-1", validate: bool = True):
+    """boto3's runtime client signing with the access key ``key_id``/``secret`` (``validate``:
+    whether botocore checks the input against the model before sending it)."""
     client = boto3.client(
         SERVICE,
         region_name=region,
         endpoint_url=ENDPOINT,
         aws_access_key_id=key_id,
         aws_secret_access_key=secret,
-        config=Config(retries={"mode": "standard", "max_attempts": 1}),
+        config=Config(
+            retries={"mode": "standard", "max_attempts": 1}, parameter_validation=validate
+        ),
     )
     client._endpoint.http_session = DjangoTransport()
     return client
