@@ -65,10 +65,22 @@ def domain_error(exc: DomainError) -> HttpResponse:
     status = status_of(exc)
     if status == 500:
         log.error("sagemaker runtime: %s", exc.detail)
-    detail = exc.detail
-    if exc.field == "seq_id":  # the services' word for it
-        detail = detail.replace("seq_id", "sequenceNumber")
-    return aws_error(status, NAMES[status], detail, getattr(exc, "retry_after", None))
+    return aws_error(status, NAMES[status], _in_our_words(exc), getattr(exc, "retry_after", None))
+
+
+# the services' names of what this face calls by the model's names
+MEMBERS = {"seq_id": "sequenceNumber", "path": "modelPackageArn", "model_path": "modelPackageArn"}
+
+
+def _in_our_words(exc: DomainError) -> str:
+    detail, member = exc.detail, MEMBERS.get(exc.field or "")
+    if member is None:
+        return detail
+    if exc.field == "seq_id":
+        return detail.replace("seq_id", member)
+    if detail.startswith(f"{exc.field}:"):
+        return member + detail[len(exc.field or "") :]
+    return detail
 
 
 def validation_error(exc: ValidationError) -> HttpResponse:
