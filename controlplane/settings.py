@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "controlplane.training_sessions",
     "controlplane.kms",
     "controlplane.access_keys",
+    "controlplane.sagemaker_sessions",
     "controlplane.registry",
     "controlplane.metering",
     "controlplane.quotas",

@@ -1,16 +1,21 @@
-"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/, the
-dashboard at the root."""
+"""URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints under /v1/,
+SageMaker's control plane at /sagemaker and its runtime under /sagemaker-runtime/, the dashboard
+at the root."""
 
 from django.urls import include, path
 
 from controlplane import openapi
 from controlplane.edge.errors import api_not_found, api_server_error
 from controlplane.observability.views import metrics
+from controlplane.sagemaker.endpoint import endpoint as sagemaker
 
 urlpatterns = [
     path("metrics", metrics, name="metrics"),
     path("api/v1/", include("controlplane.api.urls")),
     path("v1/", include("controlplane.openai_api.urls")),
+    # SageMaker's control plane (AWS JSON 1.1, SigV4): botocore posts to the endpoint URL as is
+    path("sagemaker", sagemaker),
+    # SageMaker's training-session runtime (REST-JSON, SigV4): the paths of its service model
     path("sagemaker-runtime/", include("controlplane.sagemaker_runtime.urls")),
     path("", include("web.urls")),
 ]
