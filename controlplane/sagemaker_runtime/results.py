@@ -19,10 +19,11 @@ from controlplane.metering.tokens import operation_usage
 from controlplane.operations import notices
 from controlplane.registry.models import ModelPackage
 from controlplane.registry.services import package_arn
+from controlplane.training_sessions.errors import NotFound
 from controlplane.training_sessions.models import Operation, SamplingSession
 from controlplane.training_sessions.services import failover
 
-from .sessions import TrainingSession, not_found
+from .sessions import TrainingSession
 from .training import MEMBERS
 
 STATUS = {
@@ -48,11 +49,11 @@ def operation_of(ts: TrainingSession, operation_id: str, *, sampling: bool) -> O
     return op
 
 
-def not_found_operation(operation_id: str):
-    error = not_found(operation_id)
-    error.detail = f"operation {operation_id[:64]!r} not found in this training session"
-    error.field = "operationId"
-    return error
+def not_found_operation(operation_id: str) -> NotFound:
+    return NotFound(
+        f"Operation {operation_id[:64]!r} does not exist in this training session",
+        field="operationId",
+    )
 
 
 def awaited(op: Operation) -> Operation:

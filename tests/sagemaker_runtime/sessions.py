@@ -1,16 +1,26 @@
-"""Training sessions for the in-process tests: a session named for the runtime, with its
-model, made through the Tinker face (seed 0, so a Tinker model of the same seed matches it)."""
+"""Training sessions for the in-process tests, made as the control plane's
+``CreateTrainingSession`` makes them (a session of that name and its LoRA of rank 4 on the
+tiny model), with the adapter's seed fixed at 0 so that a Tinker model of seed 0 matches it."""
 
 from __future__ import annotations
 
-from controlplane.training_sessions.models import Session
-from tests.controlplane.wire import create_model, open_session
+from controlplane.sagemaker_sessions.services import training_session_create
+from tests.controlplane.conftest import TINY
 
 
 def training_session(person, runtime, name: str) -> str:
-    session_id = open_session(person)
-    create_model(person, runtime, session_id)
-    Session.objects.filter(id=session_id).update(name=name)
+    training_session_create(
+        tenant=person.tenant,
+        actor=person.role_arn,
+        name=name,
+        base_model=TINY,
+        lora={"rank": 4, "seed": 0},
+        platform={"role_arn": person.role_arn},
+        tags=None,
+        base_model_arn="",
+        output_path="",
+    )
+    runtime.drain()  # the model is made
     return name
 
 
