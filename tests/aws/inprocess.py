@@ -5,6 +5,7 @@ tests that need no live stack."""
 
 from __future__ import annotations
 
+import io
 from urllib.parse import urlsplit
 
 import boto3
@@ -15,12 +16,13 @@ from django.test import Client
 ENDPOINT = "http://testserver/sagemaker"
 
 
-class _Raw:
-    def __init__(self, content: bytes) -> None:
-        self._content = content
+class _Raw(io.BytesIO):
+    """The body as urllib3 hands it to botocore: ``stream`` for a whole body, ``read`` for a
+    streamed one."""
 
-    def stream(self, *_args, **_kw):
-        yield self._content
+    def stream(self, amt: int = 2**16, decode_content: bool = True):
+        while chunk := self.read(amt):
+            yield chunk
 
 
 def _via_django(request, **_kw) -> AWSResponse:

@@ -1,55 +1,31 @@
-"""boto3's own runtime client (``sagemakertrainingsessionruntime``) for in-process tests: botocore
-serializes, signs and parses as it does against AWS, and only its transport is Django's test
-client (the seam httpx's MockTransport is for httpx). End-to-end tests use real HTTP."""
+"""boto3's own runtime client (``sagemakertrainingsessionruntime``) for in-process tests:
+botocore serializes, signs and parses as it does against AWS, and Django's test client serves
+the request (``tests.aws.inprocess``). Every answer of a JSON operation is also held to the
+service model's output shape strictly (``rendered_output``: no member the shape lacks, none
+it requires left out), which botocore's own parser does not do."""
 
 from __future__ import annotations
 
-import io
-from urllib.parse import urlsplit
+import json
 
 import boto3
-from botocore.awsrequest import AWSResponse
 from botocore.config import Config
-from django.test import Client
+
+from controlplane.sagemaker_sessions.shapes import operation_model, rendered_output
+from tests.aws.inprocess import _via_django
 
 SERVICE = "sagemakertrainingsessionruntime"
 ENDPOINT = "http://testserver/sagemaker-runtime"
+PAYLOAD_ANSWERS = ("SampleTrainingSession", "SampleTrainingSessionWithResponseStream")
 
 
-class _Raw(io.BytesIO):
-    """The body as urllib3 hands it to botocore (``stream`` for whole bodies, ``read`` for
-    streamed ones)."""
-
-    def stream(self, amt: int = 2**16, decode_content: bool = True):
-        while chunk := self.read(amt):
-            yield chunk
-
-
-class DjangoTransport:
-    """botocore's HTTP session, answered by the Django app in this process."""
-
-    def __init__(self) -> None:
-        self.client = Client(raise_request_exception=False)
-        self.sent: list = []
-
-    def send(self, request) -> AWSResponse:
-        self.sent.append(request)
-        parts = urlsplit(request.url)
-        body = request.body or b""
-        if hasattr(body, "read"):
-            body = body.read()
-        if isinstance(body, str):
-            body = body.encode()
-        headers = {k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
-        content_type = headers.pop("Content-Type", None) or "application/octet-stream"
-        meta = {"HTTP_" + k.upper().replace("-", "_"): v for k, v in headers.items()}
-        meta["QUERY_STRING"] = parts.query
-        meta.setdefault("HTTP_HOST", parts.netloc)  # urllib3 adds it on the wire
-        response = self.client.generic(
-            request.method, parts.path, data=body, content_type=content_type, **meta
-        )
-        content = b"".join(response.streaming_content) if response.streaming else response.content
-        return AWSResponse(request.url, response.status_code, dict(response.items()), _Raw(content))
+def _checked(request, event_name: str, **kw):
+    response = _via_django(request, **kw)
+    operation = event_name.rsplit(".", 1)[-1]
+    if 200 <= response.status_code < 300 and operation not in PAYLOAD_ANSWERS:
+        answer = json.loads(response.content)
+        assert rendered_output(operation_model(SERVICE, operation), answer) == answer
+    return response
 
 
 def runtime_client(key_id: str, secret: str, *, region: str = "us-east-1", validate: bool = True):
@@ -65,5 +41,10 @@ def runtime_client(key_id: str, secret: str, *, region: str = "us-east-1", valid
             retries={"mode": "standard", "max_attempts": 1}, parameter_validation=validate
         ),
     )
-    client._endpoint.http_session = DjangoTransport()
+    client.meta.events.register("before-send", _checked)
     return client
+
+
+def send(request):
+    """A request signed by hand (``tests.aws.signing``), served in process."""
+    return _via_django(request.prepare())

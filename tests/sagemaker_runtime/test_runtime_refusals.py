@@ -173,11 +173,11 @@ RAW = {
 def test_bodies_botocore_would_not_send(alice, ts, body) -> None:
     from tests.aws.signing import signed
 
-    from .boto import DjangoTransport
+    from .boto import send
 
     url = f"http://testserver/sagemaker-runtime/v1/training-sessions/{ts}/operations"
     request = signed(alice.key_id, alice.secret, url=url, target=None, body=body)
-    response = DjangoTransport().send(request.prepare())
+    response = send(request)
     assert response.status_code == 400, response.content
     answer = json.loads(response.content)
     assert answer["__type"] == "ValidationException" and RAW[body] in answer["message"]
