@@ -197,7 +197,8 @@ SESSION_ROLE_NAME = "LoopwrightSessionRole"
 
 
 def session_role_policy(account: str) -> dict[str, Any]:
-    """What a tenant's first role may do: train, and protect and publish its checkpoints."""
+    """What a tenant's first role may do: train, and protect, publish and manage its checkpoints
+    (the model packages sagemaker-train lists, approves and deletes)."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -222,6 +223,11 @@ def session_role_policy(account: str) -> dict[str, Any]:
                     "registry:CreateModelPackage",
                     "registry:DescribeModelPackageGroup",
                     "registry:DescribeModelPackage",
+                    # what sagemaker-train does with a session's packages, signing as the role
+                    "registry:CreateModelPackageGroup",
+                    "registry:ListModelPackages",
+                    "registry:UpdateModelPackageApproval",
+                    "registry:DeleteModelPackage",
                 ],
                 "Resource": f"arn:loopwright:registry::{account}:*",
             },

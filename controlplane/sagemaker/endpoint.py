@@ -114,5 +114,5 @@ def _input(request: HttpRequest) -> object:
         return {k: v for k, v in parse_qsl(query, max_num_fields=200) if not k.startswith("X-Amz-")}
     try:
         return json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past any input's depth
         raise AwsError("SerializationException", "The request body is not valid JSON.") from None

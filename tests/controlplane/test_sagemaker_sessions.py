@@ -177,7 +177,7 @@ def test_our_limits_are_named(alice: Person, runtime) -> None:
             LoraConfig={"Rank": 256, "Alpha": 8},
             RoleArn=alice.role_arn,
             ModelConfig={"BaseModelArn": hub_arn_of(sm)},
-            OutputConfig={"S3Location": {"Path": "s3://b/o"}},
+            OutputConfig={"S3Location": {"Path": "s3://my-bucket/o"}},
         )
     assert code(caught) == "ValidationException"
     assert "LoraConfig.Rank: at most 128" in str(caught.value)
@@ -189,7 +189,7 @@ def test_our_limits_are_named(alice: Person, runtime) -> None:
             ModelConfig={
                 "BaseModelArn": "arn:aws:sagemaker:us-east-1:aws:hub-content/SageMakerPublicHub/Model/nope/1.0.0"
             },
-            OutputConfig={"S3Location": {"Path": "s3://b/o"}},
+            OutputConfig={"S3Location": {"Path": "s3://my-bucket/o"}},
         )
     assert code(caught) == "ValidationException" and "loopwright-tiny-byte-llama" in str(
         caught.value
