@@ -4,11 +4,9 @@ request."""
 
 from __future__ import annotations
 
-import json
 import time
 
 from django.conf import settings
-from django.http import HttpResponse
 
 
 class BodySizeLimitMiddleware:
@@ -26,12 +24,10 @@ class BodySizeLimitMiddleware:
         except ValueError:
             length = 0
         if length > limit:
-            body = {
-                "detail": f"request body of {length} bytes exceeds the limit of {limit} bytes",
-                "code": "payload_too_large",
-                "field": None,
-            }
-            return HttpResponse(json.dumps(body), status=413, content_type="application/json")
+            from controlplane.edge.errors import api_payload_too_large
+
+            detail = f"request body of {length} bytes exceeds the limit of {limit} bytes"
+            return api_payload_too_large(request, detail)
         return self.get_response(request)
 
 

@@ -6,6 +6,7 @@ outside any view, a bad request refused by the middleware) in the shape of the f
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -204,17 +205,52 @@ def refusal(request, error: DomainError) -> dict:
 # -- a path no view answers ------------------------------------------------------------------
 
 
+# AWS's names for what no SageMaker operation answers (the runtime's statuses; the control
+# plane's JSON 1.1 content type at /sagemaker)
+AWS_NAMES = {
+    400: "ValidationException",
+    404: "UnknownOperationException",
+    413: "ValidationException",
+    500: "InternalServerException",
+}
+
+
+def _is_aws(path: str) -> bool:
+    return path == "/sagemaker" or path.startswith("/sagemaker-runtime/")
+
+
+def _aws_error(path: str, status: int, detail: str):
+    from controlplane.access_keys.aws_errors import JSON_1_1, AwsError, aws_error_response
+
+    error = AwsError(AWS_NAMES.get(status, "ValidationException"), detail, status=status)
+    content_type = JSON_1_1 if path == "/sagemaker" else "application/json"
+    return aws_error_response(error, content_type=content_type)
+
+
 def _api_error(request, status: int, detail: str, code: str):
-    """``{detail, code, field}`` under /api/, OpenAI's shape under /v1/; None elsewhere."""
+    """``{detail, code, field}`` under /api/, OpenAI's shape under /v1/, AWS's at /sagemaker and
+    under /sagemaker-runtime/; None elsewhere."""
     from django.http import JsonResponse
 
     path = request.path
+    if _is_aws(path):
+        return _aws_error(path, status, detail)
     if path.startswith("/api/"):
         return JsonResponse({"detail": detail, "code": code, "field": None}, status=status)
     if path.startswith("/v1/"):
         kind = "server_error" if status >= 500 else "invalid_request_error"
         return JsonResponse(error_body(detail, kind, code=code), status=status)
     return None
+
+
+def api_payload_too_large(request, detail: str):
+    """A body over the size limit, refused before it is read."""
+    from django.http import HttpResponse
+
+    if _is_aws(request.path):
+        return _aws_error(request.path, 413, detail)
+    body = {"detail": detail, "code": "payload_too_large", "field": None}
+    return HttpResponse(json.dumps(body), status=413, content_type="application/json")
 
 
 def api_bad_request(request, detail: str):

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from controlplane.access_keys.authentication import SigV4Authentication
 from controlplane.api.json_body import loads
+from controlplane.api.negotiation import AlwaysJSON
 from controlplane.edge.callers import allow, tenant_of
 from controlplane.errors import DomainError
 from controlplane.iam.resources import session_arn
@@ -28,6 +29,7 @@ NAME = re.compile(r"[a-zA-Z0-9-]{1,64}")
 
 class RuntimeView(APIView):
     authentication_classes = [SigV4Authentication]
+    content_negotiation_class = AlwaysJSON  # the answers are the model's, whatever Accept says
 
     def get_exception_handler(self):
         return exception_handler

@@ -27,7 +27,8 @@ class _Raw(io.BytesIO):
 
 def _via_django(request, **_kw) -> AWSResponse:
     parts = urlsplit(request.url)
-    meta = {"QUERY_STRING": parts.query}
+    # RAW_URI: the path as sent, which gunicorn passes on (Django's own path is decoded)
+    meta = {"QUERY_STRING": parts.query, "RAW_URI": parts.path}
     content_type = "application/octet-stream"
     for name, value in request.headers.items():
         value = value.decode() if isinstance(value, bytes) else value
@@ -41,6 +42,7 @@ def _via_django(request, **_kw) -> AWSResponse:
         body = body.read()
     if isinstance(body, str):
         body = body.encode()
+    meta["CONTENT_TYPE"] = content_type  # the test client leaves it out of an empty body's
     answer = Client().generic(
         request.method, parts.path, data=body, content_type=content_type, **meta
     )
