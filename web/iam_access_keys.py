@@ -19,11 +19,10 @@ from controlplane.access_keys.models import AccessKey
 from controlplane.access_keys.sealing import access_key_arn
 from controlplane.edge.callers import allow, can
 from controlplane.iam import services as iam_services
-from controlplane.iam.resources import user_arn
 
 from . import shown_once
 from .formkit import submit
-from .iam_keys import ME, KeyForm, _owner, _owner_choices
+from .iam_keys import ME, KeyForm, _owner, _owner_choices, owner_arn
 from .login_required import page
 
 
@@ -39,10 +38,6 @@ def _create(request: HttpRequest, data: dict):
         expires_in_days=data["expires_in_days"],
         **({"role": owner} if data["owner"] != ME else {"user": owner}),
     )
-
-
-def _owner_arn(key: AccessKey) -> str:
-    return key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
 
 
 @never_cache  # the page that shows a new secret: no cache may keep it
@@ -98,7 +93,7 @@ def _may_revoke(request: HttpRequest, key: AccessKey) -> bool:
         request,
         "iam:RevokeAccessKey",
         access_key_arn(request.tenant.account_id, key.access_key_id),
-        **{"iam:ApiKeyOwner": _owner_arn(key)},
+        **{"iam:ApiKeyOwner": owner_arn(key)},
     )
 
 
@@ -110,7 +105,7 @@ def access_key_revoke(request: HttpRequest, access_key_id: str) -> HttpResponse:
         request,
         "iam:RevokeAccessKey",
         access_key_arn(request.tenant.account_id, key.access_key_id),
-        **{"iam:ApiKeyOwner": _owner_arn(key)},
+        **{"iam:ApiKeyOwner": owner_arn(key)},
     )
     services.access_key_revoke(key=key, actor=request.principal.arn)
     messages.success(

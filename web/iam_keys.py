@@ -139,8 +139,13 @@ def key_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+def owner_arn(key) -> str:
+    """The ARN of the principal a key (an API key, an access key pair) acts as."""
+    return key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
+
+
 def _may_revoke(request: HttpRequest, key: ApiKey) -> bool:
-    owner = key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
+    owner = owner_arn(key)
     return can(
         request,
         "iam:RevokeApiKey",
@@ -153,7 +158,7 @@ def _may_revoke(request: HttpRequest, key: ApiKey) -> bool:
 @require_POST
 def key_revoke(request: HttpRequest, prefix: str) -> HttpResponse:
     key = selectors.api_key_get(tenant=request.tenant, prefix=prefix)
-    owner = key.role.arn if key.role_id else user_arn(key.tenant, key.user.get_username())
+    owner = owner_arn(key)
     allow(
         request,
         "iam:RevokeApiKey",

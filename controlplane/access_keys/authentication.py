@@ -78,7 +78,7 @@ def _resolve(access_key_id: str) -> tuple[AccessKey, Principal, str]:
             return hit
         generation = _resolved.generation
     key = live_access_key(access_key_id)
-    principal = for_api_key(key) if key is not None else None  # type: ignore[arg-type]
+    principal = for_api_key(key) if key is not None else None  # acts as an API key would
     if key is None or principal is None:
         raise SigV4Error("UnrecognizedClientException", sigv4.BAD_TOKEN)
     try:

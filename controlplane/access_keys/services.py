@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import base64
 import os
-from datetime import timedelta
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.audit.services import audit_operator
-from controlplane.errors import DomainError
 from controlplane.iam.models import Role
+from controlplane.iam.services import key_expiry
 from controlplane.tenants.models import Membership, Tenant
 from controlplane.tenants.services import clean_name
 
@@ -22,7 +21,6 @@ from .models import AccessKey
 from .sealing import access_key_arn, secret_new
 from .selectors import KEY_ID_PREFIX
 
-MAX_KEY_DAYS = 3650
 OPERATOR = "system:operator"
 
 
@@ -46,13 +44,7 @@ def access_key_create(
     if (user is None) == (role is None):
         raise ValueError("an access key belongs to exactly one user or role")
     name = clean_name(name, "name")
-    expires_at = None
-    if expires_in_days is not None:
-        if not 1 <= expires_in_days <= MAX_KEY_DAYS:
-            raise DomainError(
-                f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days"
-            )
-        expires_at = timezone.now() + timedelta(days=expires_in_days)
+    expires_at = key_expiry(expires_in_days)
     for _ in range(5):  # 80 random bits: a clash is all but impossible, and retried
         key_id = _new_key_id()
         secret, sealed = secret_new(account_id=tenant.account_id, access_key_id=key_id)

@@ -48,7 +48,7 @@ class SigV4Error(AwsError):
 
 
 def incomplete(message: str) -> SigV4Error:
-    return SigV4Error("IncompleteSignatureException", message, 400)
+    return SigV4Error("IncompleteSignature", message, 400)
 
 
 def invalid(message: str = BAD_SIGNATURE) -> SigV4Error:

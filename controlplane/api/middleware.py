@@ -4,9 +4,11 @@ request."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from django.conf import settings
+from django.http import HttpResponse
 
 
 class BodySizeLimitMiddleware:
@@ -24,10 +26,14 @@ class BodySizeLimitMiddleware:
         except ValueError:
             length = 0
         if length > limit:
-            from controlplane.edge.errors import api_payload_too_large
+            from controlplane.edge.errors import api_too_large
 
             detail = f"request body of {length} bytes exceeds the limit of {limit} bytes"
-            return api_payload_too_large(request, detail)
+            answer = api_too_large(request, detail)
+            if answer is not None:
+                return answer
+            body = {"detail": detail, "code": "payload_too_large", "field": None}
+            return HttpResponse(json.dumps(body), status=413, content_type="application/json")
         return self.get_response(request)
 
 

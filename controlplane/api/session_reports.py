@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Max, Sum
 
 from controlplane.errors import DomainError
 from controlplane.metering.models import Meter, UsageRecord
 from controlplane.operations.session_end import session_stop
+from controlplane.sagemaker_sessions.selectors import blocked_reason
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
 from controlplane.training_sessions.selectors import session_get
@@ -156,28 +156,6 @@ _STATUS = {
 }
 
 
-def _blocked(session: Session) -> str | None:
-    """Why a live model of the session cannot go on: the ``seq_id`` it must run next has not
-    arrived while later ones wait."""
-    live = session.models.filter(state__in=TrainingModel.LIVE_STATES)
-    for model in live.order_by("created_at"):
-        waiting = Operation.objects.filter(
-            model=model, status=Operation.Status.PENDING, seq_id__gt=model.next_seq
-        ).aggregate(n=Count("id"), first=Min("seq_id"))
-        if (
-            not waiting["n"]
-            or Operation.objects.filter(model=model, seq_id=model.next_seq).exists()
-        ):
-            continue
-        return (
-            f"model {model.id} waits for seq_id {model.next_seq}, which has not arrived; "
-            f"{waiting['n']} later request(s) from seq_id {waiting['first']} wait behind it. "
-            "Send it (a retry of the same request is safe); after "
-            f"{settings.SEQ_GAP_SECONDS:g} s it is recorded as missing and the rest run"
-        )
-    return None
-
-
 def sagemaker_json(session: Session) -> dict:
     """Billable tokens by meter, the highest ``seq_id`` received, and the status, ``Blocked``
     (with the reason) while a missing ``seq_id`` holds the session's requests up."""
@@ -189,7 +167,7 @@ def sagemaker_json(session: Session) -> dict:
     last = Operation.objects.filter(session=session, model__isnull=False).aggregate(
         m=Max("seq_id")
     )["m"]
-    blocked = _blocked(session) if session.state not in Session.ENDED_STATES else None
+    blocked = blocked_reason(session) if session.state not in Session.ENDED_STATES else None
     return {
         "TrainingSessionStatus": "Blocked" if blocked else _STATUS.get(session.state, "InProgress"),
         "BlockedReason": blocked,

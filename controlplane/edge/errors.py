@@ -1,12 +1,12 @@
 """The error shape of each face: ``{"detail", "code", "field"}`` under ``/api/``, OpenAI's
 ``{"error": {"message", "type", "param", "code"}}`` under ``/v1/`` (each with its DRF exception
 handler), and a dashboard page's account of a refusal; a path no view answers (a 404, a crash
-outside any view, a bad request refused by the middleware) in the shape of the face it is under.
+outside any view, a bad request refused by the middleware) in the shape of the face it is under,
+AWS's JSON error shape under the SageMaker planes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
@@ -15,6 +15,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
+from controlplane.access_keys.aws_errors import JSON_1_1, AwsError, aws_error_response
 from controlplane.errors import (
     MAX_DETAIL,
     MAX_FIELD,
@@ -205,36 +206,19 @@ def refusal(request, error: DomainError) -> dict:
 # -- a path no view answers ------------------------------------------------------------------
 
 
-# AWS's names for what no SageMaker operation answers (the runtime's statuses; the control
-# plane's JSON 1.1 content type at /sagemaker)
-AWS_NAMES = {
-    400: "ValidationException",
-    404: "UnknownOperationException",
-    413: "ValidationException",
-    500: "InternalServerException",
-}
-
-
-def _is_aws(path: str) -> bool:
-    return path == "/sagemaker" or path.startswith("/sagemaker-runtime/")
-
-
-def _aws_error(path: str, status: int, detail: str):
-    from controlplane.access_keys.aws_errors import JSON_1_1, AwsError, aws_error_response
-
-    error = AwsError(AWS_NAMES.get(status, "ValidationException"), detail, status=status)
-    content_type = JSON_1_1 if path == "/sagemaker" else "application/json"
-    return aws_error_response(error, content_type=content_type)
+_AWS_CODES = {404: "UnknownOperationException", 500: "InternalFailure"}
 
 
 def _api_error(request, status: int, detail: str, code: str):
-    """``{detail, code, field}`` under /api/, OpenAI's shape under /v1/, AWS's at /sagemaker and
-    under /sagemaker-runtime/; None elsewhere."""
+    """``{detail, code, field}`` under /api/, OpenAI's shape under /v1/, AWS's under the
+    SageMaker planes; None elsewhere."""
     from django.http import JsonResponse
 
     path = request.path
-    if _is_aws(path):
-        return _aws_error(path, status, detail)
+    if path == "/sagemaker" or path.startswith(("/sagemaker/", "/sagemaker-runtime")):
+        error = AwsError(_AWS_CODES.get(status, "ValidationException"), detail, status=status)
+        kind = JSON_1_1 if path == "/sagemaker" else "application/json"
+        return aws_error_response(error, content_type=kind)
     if path.startswith("/api/"):
         return JsonResponse({"detail": detail, "code": code, "field": None}, status=status)
     if path.startswith("/v1/"):
@@ -243,20 +227,15 @@ def _api_error(request, status: int, detail: str, code: str):
     return None
 
 
-def api_payload_too_large(request, detail: str):
-    """A body over the size limit, refused before it is read."""
-    from django.http import HttpResponse
-
-    if _is_aws(request.path):
-        return _aws_error(request.path, 413, detail)
-    body = {"detail": detail, "code": "payload_too_large", "field": None}
-    return HttpResponse(json.dumps(body), status=413, content_type="application/json")
-
-
 def api_bad_request(request, detail: str):
     from django.http import HttpResponseBadRequest
 
     return _api_error(request, 400, detail, "invalid_request") or HttpResponseBadRequest(detail)
+
+
+def api_too_large(request, detail: str):
+    """A body over the size limit, refused unread, in the shape of the face it was sent to."""
+    return _api_error(request, 413, detail, "payload_too_large")
 
 
 def api_not_found(request, exception=None):

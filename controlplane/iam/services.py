@@ -259,13 +259,7 @@ def api_key_create(
     if (user is None) == (role is None):
         raise ValueError("an API key belongs to exactly one user or role")
     name = clean_name(name, "name")
-    expires_at = None
-    if expires_in_days is not None:
-        if not 1 <= expires_in_days <= MAX_KEY_DAYS:
-            raise DomainError(
-                f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days"
-            )
-        expires_at = timezone.now() + timedelta(days=expires_in_days)
+    expires_at = key_expiry(expires_in_days)
     prefix = KEY_PREFIX + secrets.token_hex(6)
     raw = f"{prefix}.{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(
@@ -278,6 +272,16 @@ def api_key_create(
         expires_at=expires_at,
     )
     return key, raw
+
+
+def key_expiry(expires_in_days: int | None):
+    """When a key (an API key, an access key pair) made now expires: None for never; a 400
+    outside 1 to ``MAX_KEY_DAYS`` days."""
+    if expires_in_days is None:
+        return None
+    if not 1 <= expires_in_days <= MAX_KEY_DAYS:
+        raise DomainError(f"expires_in_days: between 1 and {MAX_KEY_DAYS}", field="expires_in_days")
+    return timezone.now() + timedelta(days=expires_in_days)
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from controlplane.access_keys.aws_errors import AwsError, aws_error_of
 from controlplane.errors import Conflict, DomainError, NotFound
 from controlplane.iam.principals import Principal
 from controlplane.sagemaker_sessions.errors import NameInUse
+from controlplane.sagemaker_sessions.shapes import timestamp_of
 from controlplane.tenants.models import Tenant
 
 
@@ -71,3 +73,16 @@ def answered(exc: DomainError, *, missing: str = "ResourceNotFound") -> AwsError
 
 def validation(message: str) -> AwsError:
     return AwsError("ValidationException", message)
+
+
+def created_between(found: QuerySet, p: dict) -> QuerySet:
+    """``found`` narrowed by a list request's ``CreationTimeAfter`` / ``CreationTimeBefore``."""
+    if p.get("CreationTimeAfter") is not None:
+        found = found.filter(
+            created_at__gt=timestamp_of(p["CreationTimeAfter"], "CreationTimeAfter")
+        )
+    if p.get("CreationTimeBefore") is not None:
+        found = found.filter(
+            created_at__lt=timestamp_of(p["CreationTimeBefore"], "CreationTimeBefore")
+        )
+    return found

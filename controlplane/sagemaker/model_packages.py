@@ -17,10 +17,9 @@ from controlplane.registry.models import ModelPackage, ModelPackageGroup
 from controlplane.sagemaker_sessions import hub
 from controlplane.sagemaker_sessions.errors import NameInUse
 from controlplane.sagemaker_sessions.paging import offset_of, token_of
-from controlplane.sagemaker_sessions.shapes import timestamp_of
 from controlplane.training_sessions.save_groups import valid_group_name
 
-from .calls import Call, validation
+from .calls import Call, created_between, validation
 
 DEFAULT_PAGE = 10
 MAX_VERSION = 2**31 - 1
@@ -41,22 +40,28 @@ def _missing(what: str) -> NotFound:
     return NotFound(f"{what} does not exist.")
 
 
+def _own(call: Call, ref: str, resource_type: str, what: str) -> str:
+    """What ``ref`` names after the type in an ARN of the caller's registry (``ref`` itself
+    when it is no ARN); another account's, or another kind's, does not exist."""
+    if not ref.startswith("arn:"):
+        return ref
+    try:
+        parsed = Arn.parse(ref)
+    except ArnError:
+        parsed = None
+    if (
+        parsed is None
+        or parsed.service != "registry"
+        or parsed.resource_type != resource_type
+        or parsed.account != call.tenant.account_id
+    ):
+        raise _missing(f"{what} {ref[:200]}")
+    return parsed.resource_id
+
+
 def group_named(call: Call, ref: str) -> str:
     """The group name ``ref`` names in the caller's account (its name or its ARN)."""
-    name = ref
-    if ref.startswith("arn:"):
-        try:
-            parsed = Arn.parse(ref)
-        except ArnError:
-            parsed = None
-        if (
-            parsed is None
-            or parsed.service != "registry"
-            or parsed.resource_type != "model-package-group"
-            or parsed.account != call.tenant.account_id
-        ):
-            raise _missing(f"ModelPackageGroup {ref[:200]}")
-        name = parsed.resource_id
+    name = _own(call, ref, "model-package-group", "ModelPackageGroup")
     if not valid_group_name(name):
         raise _missing(f"ModelPackageGroup {ref[:200]}")
     return name
@@ -64,20 +69,7 @@ def group_named(call: Call, ref: str) -> str:
 
 def package_named(call: Call, ref: str) -> tuple[str, int]:
     """(group name, version) ``ref`` names: a model package ARN or ``<group>/<version>``."""
-    rest = ref
-    if ref.startswith("arn:"):
-        try:
-            parsed = Arn.parse(ref)
-        except ArnError:
-            parsed = None
-        if (
-            parsed is None
-            or parsed.service != "registry"
-            or parsed.resource_type != "model-package"
-            or parsed.account != call.tenant.account_id
-        ):
-            raise _missing(f"ModelPackage {ref[:200]}")
-        rest = parsed.resource_id
+    rest = _own(call, ref, "model-package", "ModelPackage")
     group, _, version = rest.rpartition("/")
     if (
         not valid_group_name(group)
@@ -156,14 +148,7 @@ def list_model_packages(call: Call, p: dict) -> dict:
         found = found.filter(approval_status=p["ModelApprovalStatus"])
     if p.get("NameContains"):
         found = found.filter(group__name__icontains=p["NameContains"])
-    if p.get("CreationTimeAfter") is not None:
-        found = found.filter(
-            created_at__gt=timestamp_of(p["CreationTimeAfter"], "CreationTimeAfter")
-        )
-    if p.get("CreationTimeBefore") is not None:
-        found = found.filter(
-            created_at__lt=timestamp_of(p["CreationTimeBefore"], "CreationTimeBefore")
-        )
+    found = created_between(found, p)
     descending = p.get("SortOrder", "Ascending") == "Descending"
     keys = ("group__name", "version") if p.get("SortBy") == "Name" else ("created_at", "id")
     found = found.order_by(*(f"-{k}" if descending else k for k in keys))

@@ -7,22 +7,35 @@ from __future__ import annotations
 from datetime import datetime
 
 from controlplane.edge.callers import allow
+from controlplane.errors import NotFound
 from controlplane.iam.resources import model_arn, session_arn
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_resolve
 from controlplane.operations.training import create_model_conditions
 from controlplane.sagemaker_sessions import hub, selectors, services
 from controlplane.sagemaker_sessions.paging import cursor_of, token_of
-from controlplane.sagemaker_sessions.shapes import ShapeError, timestamp_of
+from controlplane.sagemaker_sessions.shapes import ShapeError
 from controlplane.storage import S3UriError, parse_s3_uri
 from controlplane.tenants.services import storage_location_owned
 from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services.lora import MAX_LORA_RANK
 from controlplane.training_sessions.services.sessions import session_touch
 
-from .calls import Call, validation
+from .calls import Call, created_between, validation
 
 DEFAULT_PAGE = 10  # what SageMaker's list operations return without MaxResults
+_LIVE = (Session.State.PENDING, Session.State.ACTIVE)
+# the session states in which a session can show each status (Deleting and the like: none)
+STATES_OF = {
+    "Created": _LIVE,
+    "Scheduled": _LIVE,
+    "Running": _LIVE,
+    "Blocked": _LIVE,
+    "Failed": (*_LIVE, Session.State.FAILED),
+    "Stopping": (Session.State.STOPPING,),
+    "Stopped": (Session.State.STOPPED,),
+    "Expired": (Session.State.EXPIRED,),
+}
 SCAN_CHUNK = 200
 
 
@@ -127,7 +140,12 @@ def _session(call: Call, p: dict, action: str) -> Session:
     """The session the request names, once ``action`` is allowed on it (authorized on the ARN
     of what was named, so a missing session and another tenant's are refused alike)."""
     name = p["TrainingSessionName"]
-    found = selectors.session_named(tenant=call.tenant, name=name)
+    try:
+        found = selectors.session_named(tenant=call.tenant, name=name)
+    except NotFound:
+        # refused as one that exists would be, when the caller may not: existence is not told
+        allow(call.request, action, session_arn(call.tenant, name))
+        raise
     allow(call.request, action, selectors.arn_of(found))
     return found
 
@@ -194,18 +212,13 @@ def list_training_sessions(call: Call, p: dict) -> dict:
     allow(call.request, "sessions:ListTrainingSessions")
     limit = p.get("MaxResults") or DEFAULT_PAGE
     found = selectors.visible(tenant=call.tenant).order_by("-created_at", "-id")
-    if p.get("CreationTimeAfter") is not None:
-        found = found.filter(
-            created_at__gt=timestamp_of(p["CreationTimeAfter"], "CreationTimeAfter")
-        )
-    if p.get("CreationTimeBefore") is not None:
-        found = found.filter(
-            created_at__lt=timestamp_of(p["CreationTimeBefore"], "CreationTimeBefore")
-        )
+    found = created_between(found, p)
     cursor = cursor_of("sessions", p.get("NextToken"))
     if cursor is not None:
         found = _after(found, cursor)
     wanted_status, contains = p.get("StatusEquals"), (p.get("NameContains") or "").lower()
+    if wanted_status:  # only sessions in a state that can have that status are looked at
+        found = found.filter(state__in=STATES_OF.get(wanted_status, ()))
     page: list[tuple[Session, str]] = []
     for session in found.iterator(chunk_size=SCAN_CHUNK):
         if contains and contains not in selectors.display_name(session).lower():

@@ -63,7 +63,7 @@ def keyed(alice: Person, runtime):
 
 SIGNATURE_CODES = {
     "MissingAuthenticationTokenException",
-    "IncompleteSignatureException",
+    "IncompleteSignature",
     "InvalidSignatureException",
     "UnrecognizedClientException",
 }
@@ -130,3 +130,31 @@ def test_an_unknown_operation(keyed) -> None:
     response = send(Client(), key_id, secret, "SageMaker.CreateTrainingJob", b"{}")
     _answer_is_aws(response)
     assert json.loads(response.content)["__type"] == "UnknownOperationException"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [
+        ("/sagemaker/", 404, "UnknownOperationException"),
+        ("/sagemaker/CreateTrainingSession", 404, "UnknownOperationException"),
+        ("/sagemaker-runtime/no/such/route", 404, "UnknownOperationException"),
+    ],
+)
+def test_paths_no_operation_answers_are_aws_errors(path: str, status: int, code: str) -> None:
+    response = Client().post(path, b"{}", content_type="application/x-amz-json-1.1")
+    assert response.status_code == status
+    assert json.loads(response.content)["__type"] == code == response["x-amzn-ErrorType"]
+
+
+def test_refusals_before_any_view_are_aws_errors(settings) -> None:
+    settings.MAX_REQUEST_BYTES = 1000
+    response = Client().post(
+        "/sagemaker", b"{" + b" " * 2000 + b"}", content_type="application/x-amz-json-1.1"
+    )
+    assert response.status_code == 413
+    assert json.loads(response.content)["__type"] == "ValidationException"
+    response = Client().post(
+        "/sagemaker", b"{}", content_type="application/x-amz-json-1.1", HTTP_X_AMZ_TARGET="a\x00b"
+    )
+    assert response.status_code == 400
+    assert json.loads(response.content)["__type"] == "ValidationException"

@@ -194,3 +194,47 @@ def test_our_limits_are_named(alice: Person, runtime) -> None:
     assert code(caught) == "ValidationException" and "loopwright-tiny-byte-llama" in str(
         caught.value
     )
+
+
+def test_a_missing_sequence_number_blocks_the_session_and_says_why(alice: Person, runtime) -> None:
+    sm = client_of(alice)
+    arn = create(sm, alice, "gappy")
+    runtime.drain()
+    (model_id,) = alice.get(f"sessions/{arn.rsplit('/', 1)[1]}").json()["model_ids"]
+    r = alice.post(  # seq_id 2 arrives, 1 never does
+        "forward_backward",
+        {
+            "model_id": model_id,
+            "seq_id": 2,
+            "forward_backward_input": {"data": [datum([1, 2])], "loss_fn": "cross_entropy"},
+        },
+    )
+    assert r.status_code == 200, r.content
+    runtime.drain()
+    detail = sm.describe_training_session(TrainingSessionName="gappy")["TrainingSessionDetail"]
+    assert detail["TrainingSessionStatus"] == "Blocked"
+    assert "waits for seq_id 1" in detail["ErrorDetails"]
+    assert detail["LastReceivedSequenceNumber"] == 2
+    blocked = sm.list_training_sessions(StatusEquals="Blocked")["TrainingSessionSummaries"]
+    assert [s["TrainingSessionArn"] for s in blocked] == [arn]
+
+
+def test_a_member_denied_describing_is_told_nothing_of_what_exists(
+    alice: Person, bob: Person, runtime
+) -> None:
+    deny = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Deny", "Action": "sessions:DescribeTrainingSession", "Resource": "*"}
+        ],
+    }
+    r = alice.client.put(
+        "/api/v1/iam/users/bob@example.com/policies/no-describe", {"document": deny}, format="json"
+    )
+    assert r.status_code in (200, 201), r.content
+    create(client_of(alice), alice, "exists")
+    bobs = client_of(bob)
+    for name in ("exists", "does-not"):
+        with pytest.raises(ClientError) as caught:
+            bobs.describe_training_session(TrainingSessionName=name)
+        assert code(caught) == "AccessDeniedException", name

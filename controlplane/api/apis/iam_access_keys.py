@@ -12,13 +12,11 @@ from controlplane.access_keys import selectors, services
 from controlplane.access_keys.models import AccessKey
 from controlplane.access_keys.sealing import access_key_arn
 from controlplane.edge.callers import allow, principal_of, tenant_of
-from controlplane.errors import DomainError
-from controlplane.iam import services as iam_services
 from controlplane.iam.resources import user_arn
 
 from .. import bodies
 from ..parsing import body_of, text
-from .iam_users import _key_owner
+from .iam_users import keys_of_owner, new_key_owner
 
 
 def access_key_json(k: AccessKey) -> dict:
@@ -43,29 +41,18 @@ def _owner_arn(k: AccessKey) -> str:
 def access_keys(request: Request) -> Response:
     """The caller's access keys (or a role's with ``role_arn``); POST makes a pair, its
     ``secret_access_key`` shown once."""
-    caller = principal_of(request)
-    tenant = caller.tenant
+    tenant = tenant_of(request)
     if request.method == "GET":
-        role_arn = request.query_params.get("role_arn")
-        owner = _key_owner(request, role_arn, "iam:ListAccessKeys")
-        found = selectors.access_keys(tenant=tenant)
-        found = found.filter(role=owner) if role_arn else found.filter(user=owner)
+        found = keys_of_owner(request, selectors.access_keys(tenant=tenant), "iam:ListAccessKeys")
         return Response({"access_keys": [access_key_json(k) for k in found]})
     body = body_of(request, bodies.AccessKeyCreateBody)
-    expires = body.get("expires_in_days")
-    if expires is not None and (not isinstance(expires, int) or isinstance(expires, bool)):
-        raise DomainError("expires_in_days: must be an integer", field="expires_in_days")
-    role_arn = body.get("role_arn")
-    owner = _key_owner(request, role_arn, "iam:CreateAccessKey")
-    if role_arn:
-        # using a role's key is assuming the role: its trust policy must name the caller
-        iam_services.trust_required(owner, caller.arn)
+    owner, expires = new_key_owner(request, body, "iam:CreateAccessKey")
     key, secret = services.access_key_create(
         tenant=tenant,
-        actor=caller.arn,
+        actor=principal_of(request).arn,
         name=text(body, "name", 200),
         expires_in_days=expires,
-        **({"role": owner} if role_arn else {"user": caller.user}),
+        **owner,
     )
     return Response(access_key_json(key) | {"secret_access_key": secret}, status=201)
 

@@ -115,30 +115,40 @@ def user_policy(request: Request, username: str, policy_name: str) -> Response:
 @api_view(["GET", "POST"])
 def api_keys(request: Request) -> Response:
     """The caller's keys (or a role's with ``role_arn``); POST makes one, shown once."""
-    caller = principal_of(request)
-    tenant = caller.tenant
+    tenant = tenant_of(request)
     if request.method == "GET":
-        role_arn = request.query_params.get("role_arn")
-        owner = _key_owner(request, role_arn, "iam:ListApiKeys")
-        found = iam_selectors.api_keys(tenant=tenant)
-        found = found.filter(role=owner) if role_arn else found.filter(user=owner)
+        found = keys_of_owner(request, iam_selectors.api_keys(tenant=tenant), "iam:ListApiKeys")
         return Response({"api_keys": [key_json(k) for k in found]})
     body = body_of(request, bodies.ApiKeyCreateBody)
+    owner, expires = new_key_owner(request, body, "iam:CreateApiKey")
+    key, raw = iam_services.api_key_create(
+        tenant=tenant, name=text(body, "name", 200), expires_in_days=expires, **owner
+    )
+    return Response(key_json(key) | {"api_key": raw}, status=201)
+
+
+def keys_of_owner(request: Request, keys, action: str):
+    """``keys`` narrowed to the caller's own, or (``?role_arn=``) a role's, once ``action`` is
+    allowed on that owner."""
+    role_arn = request.query_params.get("role_arn")
+    owner = _key_owner(request, role_arn, action)
+    return keys.filter(role=owner) if role_arn else keys.filter(user=owner)
+
+
+def new_key_owner(request: Request, body: dict, action: str) -> tuple[dict, int | None]:
+    """Who a new key (an API key, an access key pair) acts as (``{"user": …}`` or ``{"role":
+    …}``) and its ``expires_in_days``, once ``action`` is allowed and, for a role, its trust
+    policy names the caller."""
     expires = body.get("expires_in_days")
     if expires is not None and (not isinstance(expires, int) or isinstance(expires, bool)):
         raise DomainError("expires_in_days: must be an integer", field="expires_in_days")
     role_arn = body.get("role_arn")
-    owner = _key_owner(request, role_arn, "iam:CreateApiKey")
+    owner = _key_owner(request, role_arn, action)
     if role_arn:
         # using a role's key is assuming the role: its trust policy must name the caller
-        iam_services.trust_required(owner, caller.arn)
-    key, raw = iam_services.api_key_create(
-        tenant=tenant,
-        name=text(body, "name", 200),
-        expires_in_days=expires,
-        **({"role": owner} if role_arn else {"user": caller.user}),
-    )
-    return Response(key_json(key) | {"api_key": raw}, status=201)
+        iam_services.trust_required(owner, principal_of(request).arn)
+        return {"role": owner}, expires
+    return {"user": owner}, expires
 
 
 def _key_owner(request: Request, role_arn, action: str):
