@@ -104,6 +104,10 @@ bench-gpu: setup ## on a GPU: bf16 decode at batch 64 against the bandwidth roof
 bench-scheduler: setup ## 1-8 sessions of two tenants through the stack and one packing worker: ops/s, p50/p99, ratios
 	$(BIN)/python -m bench.scheduler_bench
 
+.PHONY: bench-sagemaker-runtime
+bench-sagemaker-runtime: setup ## one forward_backward through the SageMaker runtime (boto3) vs the Tinker face, one stack
+	$(BIN)/python -m bench.sagemaker_runtime_bench $(ARGS)
+
 .PHONY: bench-sigv4
 bench-sigv4: setup ## SigV4 verification per request (p50) vs the 0.5 ms budget, botocore signing and API keys
 	$(BIN)/python -m bench.sigv4_bench $(ARGS)
