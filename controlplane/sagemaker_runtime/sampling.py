@@ -12,6 +12,7 @@ so the worker loads them once.
 
 from __future__ import annotations
 
+from django.db import transaction
 from pydantic import ValidationError
 
 from controlplane.audit.services import audited_transaction
@@ -21,7 +22,12 @@ from controlplane.fleet.models import BaseModel
 from controlplane.fleet.services import live_workers
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
-from controlplane.training_sessions.models import Checkpoint, Operation, SamplingSession
+from controlplane.training_sessions.models import (
+    Checkpoint,
+    Operation,
+    SamplingSession,
+    Session,
+)
 from controlplane.training_sessions.selectors import checkpoint_by_path
 from controlplane.training_sessions.services.sample_options import sample_options
 from loopwright.types import SampleRequest
@@ -154,12 +160,19 @@ def sampler_for(request, ts: TrainingSession, arn: str | None, field: str) -> Sa
     sampler = open_ones.order_by("-created_at").first()
     if sampler is not None:
         return sampler
-    allow(request, "sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
-    return sampling.sampler_create(
-        tenant=tenant,
-        session_id=session.id,
-        seq=None,
-        base_model=None if ckpt is not None else ts.model.base_model,
-        model_path=ckpt.tinker_path if ckpt is not None else None,
-        model_id=None,
-    )
+    with transaction.atomic():
+        # one opens it: the session's other requests for the same weights wait here, then
+        # find it (a fan-out of samples would otherwise open one sampler each)
+        Session.objects.select_for_update().filter(pk=session.pk).first()
+        sampler = open_ones.order_by("-created_at").first()
+        if sampler is not None:
+            return sampler
+        allow(request, "sessions:CreateSamplingSession", sampler_arn(tenant, "*"))
+        return sampling.sampler_create(
+            tenant=tenant,
+            session_id=session.id,
+            seq=None,
+            base_model=None if ckpt is not None else ts.model.base_model,
+            model_path=ckpt.tinker_path if ckpt is not None else None,
+            model_id=None,
+        )

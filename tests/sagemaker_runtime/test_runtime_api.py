@@ -267,3 +267,22 @@ def test_the_streamed_passthrough_is_openai_server_sent_events(alice, ts, runtim
     assert events[-1] == "data: [DONE]"
     chunks = [json.loads(e[6:]) for e in events[:-1]]
     assert chunks and all(c["object"] == "text_completion" for c in chunks)
+
+
+def test_without_a_version_it_samples_the_latest_checkpoint(alice, ts, runtime) -> None:
+    """Before any save, the base model (where the adapter starts); after, the newest weights
+    the session saved; one sampler for each, reused."""
+    from controlplane.training_sessions.models import SamplingSession
+
+    sm = alice.sm
+    config = {"prompt": prompt([1, 2]), "numSamples": 1, "samplingParams": {"maxTokens": 512}}
+    for _ in range(2):
+        sample_op(sm, ts, {"sample": config}, runtime)
+    (base,) = SamplingSession.objects.filter(session__name=ts)
+    assert base.model_path == "" and base.live_model_id is None
+    for seq in (1, 2):
+        get(sm, ts, execute(sm, ts, seq, {"saveWeights": {}}), runtime)
+    sample_op(sm, ts, {"sample": config}, runtime)
+    sample_op(sm, ts, {"computeLogprobs": {"prompt": prompt([1, 2])}}, runtime)
+    newest = SamplingSession.objects.filter(session__name=ts).exclude(pk=base.pk)
+    assert [s.model_path.rsplit("/", 1)[1] for s in newest] == ["sampler-2"]
