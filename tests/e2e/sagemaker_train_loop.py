@@ -27,8 +27,9 @@ BATCHES = [[1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12]]
 
 
 def main(role_arn: str) -> dict:
-    # No Amazon S3 here for the SDK's default bucket (it would ask STS and S3 for one): the
-    # output path is given, as the docstring's example gives it.
+    # The output path is given, as the docstring's example gives it: without one the SDK names
+    # a default bucket after the account id it asks STS for, through a client built with an
+    # explicit AWS endpoint that no environment variable redirects (docs/sagemaker.md).
     svc = ServiceClient(role_arn=role_arn, s3_output_path="s3://my-bucket/output")
     base = svc.list_base_models()[0]
     tc = svc.create_lora_training_client(base_model=base, rank=4, alpha=8)
