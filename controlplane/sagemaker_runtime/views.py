@@ -28,6 +28,7 @@ NAME = re.compile(r"[a-zA-Z0-9-]{1,64}")
 
 
 class RuntimeView(APIView):
+    schema = None  # botocore's service model describes it, not the OpenAPI document
     authentication_classes = [SigV4Authentication]
     content_negotiation_class = AlwaysJSON  # the answers are the model's, whatever Accept says
 
