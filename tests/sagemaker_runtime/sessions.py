@@ -37,3 +37,8 @@ def tokens_datum(tokens: list[int], weights: list[float] | None = None) -> dict:
 
 def prompt(tokens: list[int]) -> dict:
     return {"chunks": [{"type": "encoded_text", "tokens": tokens}]}
+
+
+# The model asks for at least 512 new tokens; most bytes stop the tiny random model's text at
+# once, which keeps the in-process samples short.
+SHORT = {"maxTokens": 512, "stop": list("etaoinshrdlucmfwypvbgkjqxz ETAOINSHRDLU0123456789.,")}

@@ -13,7 +13,7 @@ from controlplane.metering.models import Meter, UsageRecord
 from controlplane.training_sessions.models import Operation
 from tests.controlplane.wire import create_model, fwdbwd, open_session, result
 
-from .sessions import prompt, tokens_datum
+from .sessions import SHORT, prompt, tokens_datum
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +89,7 @@ def test_a_training_loop_through_boto3(alice, ts, runtime) -> None:
     sample = {
         "prompt": prompt([1, 2, 3]),
         "numSamples": 3,
-        "samplingParams": {"maxTokens": 512, "seed": 7, "stop": ["\n"]},
+        "samplingParams": {**SHORT, "seed": 7},
         "modelPackageArn": arn,
         "includePromptLogprobs": True,
         "topkPromptLogprobs": 2,
@@ -275,7 +275,7 @@ def test_without_a_version_it_samples_the_latest_checkpoint(alice, ts, runtime) 
     from controlplane.training_sessions.models import SamplingSession
 
     sm = alice.sm
-    config = {"prompt": prompt([1, 2]), "numSamples": 1, "samplingParams": {"maxTokens": 512}}
+    config = {"prompt": prompt([1, 2]), "numSamples": 1, "samplingParams": SHORT}
     for _ in range(2):
         sample_op(sm, ts, {"sample": config}, runtime)
     (base,) = SamplingSession.objects.filter(session__name=ts)

@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.sagemaker_runtime.urls import urlpatterns
 
-from .sessions import prompt, tokens_datum, training_session
+from .sessions import SHORT, prompt, tokens_datum, training_session
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def alices(alice, ts, runtime) -> dict:
     sampler = sm.execute_sampling_operation(
         trainingSessionName=ts, operationConfig={"loadWeightsForSampling": {"modelPackageArn": arn}}
     )["operationId"]
-    config = {"prompt": prompt([1]), "numSamples": 1, "samplingParams": {"maxTokens": 512}}
+    config = {"prompt": prompt([1]), "numSamples": 1, "samplingParams": SHORT}
     sample = sm.execute_sampling_operation(
         trainingSessionName=ts, operationConfig={"sample": config}
     )["operationId"]

@@ -19,7 +19,7 @@ from tests.aws.model_fuzz import JUNK, mutated_input, valid_input
 from tests.aws.signing import signed
 
 from .boto import ENDPOINT, SERVICE, send
-from .sessions import prompt, tokens_datum
+from .sessions import SHORT, prompt, tokens_datum
 
 pytestmark = pytest.mark.django_db
 
@@ -46,7 +46,7 @@ def seeds(alice, ts, runtime) -> dict:
     arn = sm.get_training_operation_result(trainingSessionName=ts, operationId=saved)[
         "operationResult"
     ]["saveWeights"]["modelPackageArn"]
-    config = {"prompt": prompt([1, 2]), "numSamples": 1, "samplingParams": {"maxTokens": 512}}
+    config = {"prompt": prompt([1, 2]), "numSamples": 1, "samplingParams": SHORT}
     sample = sm.execute_sampling_operation(
         trainingSessionName=ts, operationConfig={"sample": config}
     )["operationId"]
