@@ -164,7 +164,7 @@ def run(n: int, block: int = 5) -> list[Row]:
     stack = Stack("postgres-redis", Path(tempfile.mkdtemp(prefix="lw-bench-sm-"))).start()
     try:
         tinker, sagemaker = Tinker(stack), SageMaker(stack)
-        for _ in range(3):  # warm both up
+        for _ in range(2):  # warm both up
             tinker.forward_backward(), sagemaker.forward_backward()
         ours: list[float] = []
         reference: list[float] = []
@@ -186,9 +186,9 @@ def run(n: int, block: int = 5) -> list[Row]:
 def main(argv: list[str] | None = None) -> list[Row]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=40, help="timed calls per face")
-    p.add_argument("--quick", action="store_true", help="10 calls per face")
+    p.add_argument("--quick", action="store_true", help="6 calls per face")
     args = p.parse_args(argv)
-    n = 10 if args.quick else args.n
+    n = 6 if args.quick else args.n
     rows = run(n)
     print(f"n={n} load={os.getloadavg()[0]:.1f}")
     print(format_table(rows))
