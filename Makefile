@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup tinker-venv serve demo test test-fast fuzz openapi lint format check lock bench bench-overhead bench-wire bench-failover bench-load bench-soak clean
+.PHONY: setup tinker-venv sagemaker-venv serve demo test test-fast fuzz openapi lint format check lock bench bench-overhead bench-wire bench-failover bench-load bench-soak clean
 
 # A second client environment: the current official tinker SDK (the protobuf protocol) and its
 # cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
@@ -22,6 +22,17 @@ $(TINKER_VENV)/.installed: Makefile
 	touch $@
 
 tinker-venv: $(TINKER_VENV)/.installed ## the tinker 0.38.0 client environment for the tests
+
+# A third client environment: SageMaker's own training-session SDK, sagemaker-train 1.27.0 with
+# its dependencies as published (and a botocore that has both SageMaker service models), driven
+# by the end-to-end tests in a process of its own with only its environment variables pointed here.
+SAGEMAKER_VENV ?= .venv-sagemaker
+$(SAGEMAKER_VENV)/.installed: Makefile
+	test -x $(SAGEMAKER_VENV)/bin/python || $(PY) -m venv $(SAGEMAKER_VENV)
+	$(SAGEMAKER_VENV)/bin/python -m pip install -q sagemaker-train==1.27.0 'botocore>=1.44.5'
+	touch $@
+
+sagemaker-venv: $(SAGEMAKER_VENV)/.installed ## the sagemaker-train 1.27.0 client environment for the tests
 
 # The stamp is rebuilt when the dependency lists change.
 $(VENV)/.installed: pyproject.toml sdk/pyproject.toml
@@ -45,10 +56,10 @@ demo: setup ## the engine demo on the embedded default model (SmolLM2-135M, CPU,
 
 # Two test processes, each taking a whole file at a time (a file's stack is started once).
 TEST_PROCESSES ?= 2
-test: setup tinker-venv ## the whole test suite
+test: setup tinker-venv sagemaker-venv ## the whole test suite
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
-test-fast: setup tinker-venv ## tests without the slow ones
+test-fast: setup tinker-venv sagemaker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"
 
 fuzz: setup ## schemathesis against a live stack from its OpenAPI document (FUZZ_EXAMPLES per operation)
@@ -93,6 +104,10 @@ bench-gpu: setup ## on a GPU: bf16 decode at batch 64 against the bandwidth roof
 bench-scheduler: setup ## 1-8 sessions of two tenants through the stack and one packing worker: ops/s, p50/p99, ratios
 	$(BIN)/python -m bench.scheduler_bench
 
+.PHONY: bench-sagemaker-runtime
+bench-sagemaker-runtime: setup ## one forward_backward through the SageMaker runtime (boto3) vs the Tinker face, one stack
+	$(BIN)/python -m bench.sagemaker_runtime_bench $(ARGS)
+
 .PHONY: bench-sigv4
 bench-sigv4: setup ## SigV4 verification per request (p50) vs the 0.5 ms budget, botocore signing and API keys
 	$(BIN)/python -m bench.sigv4_bench $(ARGS)
@@ -113,4 +128,4 @@ bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd pr
 	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench
 
 clean:
-	rm -rf $(VENV) $(TINKER_VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache
+	rm -rf $(VENV) $(TINKER_VENV) $(SAGEMAKER_VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache
