@@ -32,11 +32,13 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
+from controlplane.training_sessions.services import vocabulary
 from loopwright.types import ModelInput, SampleRequest, SamplingParams
 
 from . import rendering
 from .errors import ModelNotFound, OperationFailed, Timeout
 from .rendering import Choice, RenderError
+from .response_format import schema_of
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 if TYPE_CHECKING:
@@ -242,6 +244,7 @@ def _prepared(
     id_prefix: str,
 ) -> Prepared:
     context = _context_length(sampler.base_model)
+    _bias_check(req, sampler.base_model)
     payloads = [_payload(p, req, context, prompt_param) for p in prompts]
     return Prepared(sampler, tokenizer, prompts, payloads, req.model, req.stop_strings, id_prefix)
 
@@ -402,6 +405,7 @@ def _payload(
         temperature=1.0 if req.temperature is None else req.temperature,
         top_k=-1 if req.top_k is None else req.top_k,
         top_p=1.0 if req.top_p is None else req.top_p,
+        **_controls(req),
     )
     body = SampleRequest(
         num_samples=req.choices_per_prompt,
@@ -411,6 +415,28 @@ def _payload(
     if req.top_k_logprobs:
         body["topk_logprobs"] = req.top_k_logprobs
     return body
+
+
+def _controls(req: ChatCompletionRequest | CompletionRequest) -> dict:
+    """The request's sampling controls as ``SamplingParams`` fields; a value that changes
+    nothing (a 0 penalty, a repetition penalty of 1, an empty bias) is left out, so that it is
+    the same request as without it."""
+    given = {
+        "min_p": req.min_p or None,
+        "repetition_penalty": None if req.repetition_penalty == 1 else req.repetition_penalty,
+        "presence_penalty": req.presence_penalty or None,
+        "frequency_penalty": req.frequency_penalty or None,
+        "logit_bias": req.logit_bias or None,
+        "json_schema": schema_of(req.response_format),
+        "logprobs_of": None if req.logprobs_mode == "sampled" else req.logprobs_mode,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _bias_check(req: ChatCompletionRequest | CompletionRequest, base_model: str) -> None:
+    if req.logit_bias:
+        highest = max(int(token) for token in req.logit_bias)
+        vocabulary.vocab_check(base_model=base_model, highest=highest, field="logit_bias")
 
 
 def operation_wait(op: Operation, deadline: float) -> Operation:
