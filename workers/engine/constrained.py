@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 COMPILED_KEPT = 64  # compiled structures kept per host (a template per distinct structure)
+PARALLEL_FROM = 16  # rows whose masks are computed on llguidance's threads rather than in turn
 
 
 class Grammars:
@@ -78,13 +79,20 @@ class Grammars:
     def allowed(self, matchers: list[LLMatcher], device: torch.device) -> torch.Tensor:
         """``[len(matchers), vocab_size]`` bool: the tokens each matcher's grammar allows next
         (ids past the tokenizer's are never allowed)."""
-        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask_par
+        from llguidance.numpy import (
+            allocate_token_bitmask,
+            fill_next_token_bitmask,
+            fill_next_token_bitmask_par,
+        )
 
         ll_vocab = self.ll_tokenizer().vocab_size
         bits_G_W = allocate_token_bitmask(len(matchers), ll_vocab)
-        fill_next_token_bitmask_par(
-            self.executor(), [(m, i) for i, m in enumerate(matchers)], bits_G_W
-        )
+        if len(matchers) >= PARALLEL_FROM:
+            pairs = [(m, i) for i, m in enumerate(matchers)]
+            fill_next_token_bitmask_par(self.executor(), pairs, bits_G_W)
+        else:  # a few masks: waking the executor's threads costs more than it saves
+            for i, m in enumerate(matchers):
+                fill_next_token_bitmask(m, bits_G_W, i)
         bits_G_B = np.unpackbits(bits_G_W.view(np.uint8), axis=1, bitorder="little")
         width = min(ll_vocab, self.vocab_size)
         allowed = np.zeros((len(matchers), self.vocab_size), dtype=bool)

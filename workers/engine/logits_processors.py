@@ -10,7 +10,8 @@ Order, on each row's float32 logits ``l`` (docs/sampling.md):
      token not forced is banned);
   4. grammar: every token the row's grammar does not allow next is ``-inf``;
   then the sampler divides by the temperature, and
-  5. min-p: tokens with probability below ``min_p`` × the likeliest token's are ``-inf``;
+  5. min-p: tokens with probability below ``min_p`` × the likeliest token's are ``-inf``
+     (compared as ``l < l_max + log(min_p)``);
   then the sampler applies top-k and top-p.
 If steps 3–4 leave no token, the step is taken again without the bias (the grammar wins), and
 without the grammar if even that leaves none. Each row depends on its own logits, prompt and
@@ -265,9 +266,9 @@ class Processors:
         if not pos:
             return scaled_R_V
         s_P_V = scaled_R_V[pos]
-        probs = torch.softmax(s_P_V, dim=-1)
-        floor = self._column([self.controls[rows[i].job].min_p for i in pos])
-        keep = probs >= floor * probs.max(dim=-1, keepdim=True).values
+        # p >= min_p * p_max, compared as logits: s >= s_max + log(min_p) (no exponentials)
+        floor = self._column([math.log(self.controls[rows[i].job].min_p) for i in pos])
+        keep = s_P_V >= s_P_V.max(dim=-1, keepdim=True).values + floor
         out = scaled_R_V.clone()
         out[pos] = s_P_V.masked_fill(~keep, -math.inf)
         return out
