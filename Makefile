@@ -92,6 +92,10 @@ bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling, training), and vs HF generate
 	$(BIN)/python -m bench.batching_bench
 
+.PHONY: bench-sampling
+bench-sampling: setup ## 8 sessions with mixed logits processors (and grammars) in one pass vs none: tokens/s ratio (ARGS="--quick")
+	$(BIN)/python -m bench.sampling_controls_bench $(ARGS)
+
 .PHONY: bench-distributed
 bench-distributed: setup ## one session's forward_backward tokens/s on 1, 2 and 4 data-parallel ranks (add ARGS="--device cuda" on GPUs)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m bench.distributed_bench $(ARGS)

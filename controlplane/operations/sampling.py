@@ -222,6 +222,11 @@ def sample_submit(
         require_ready(sampler.live_model)
     highest = vocabulary.highest_sampled(payload)
     vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
+    vocabulary.vocab_check(
+        base_model=sampler.base_model,
+        highest=vocabulary.highest_biased(payload),
+        field="sampling_params.logit_bias",
+    )
     token_budget_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(

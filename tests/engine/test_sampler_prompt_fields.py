@@ -194,7 +194,10 @@ def test_the_result_json_is_the_038_layout_and_reads_back(trained) -> None:
         "prompt_alt_tokens",
     }
     assert set(full) == set(bare) == keys
-    assert {"stop_reason", "tokens", "logprobs", "topk_logprobs"} == set(full["sequences"][0])
+    # tinker 0.38's keys, and Loopwright's model_logprobs (null unless logprobs_of="both")
+    assert {"stop_reason", "tokens", "logprobs", "topk_logprobs", "model_logprobs"} == set(
+        full["sequences"][0]
+    )
     # the second of two samples reuses the prompt's prefill; a single sample reuses nothing
     assert full["prompt_cache_hit_tokens"] == len(prompt) and bare["prompt_cache_hit_tokens"] == 0
     assert all(bare[k] is None for k in keys - {"sequences", "type", "prompt_cache_hit_tokens"})

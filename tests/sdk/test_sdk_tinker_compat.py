@@ -133,6 +133,22 @@ EXTRA_FIELDS = {
     ("SampleResponse", "target_prompt_logprobs"),
     ("SampleResponse", "prompt_alt_tokens"),
     ("SampledSequence", "topk_logprobs"),
+    # Loopwright's sampling controls (docs/sampling.md): the official SDK cannot send them
+    *(
+        ("SamplingParams", name)
+        for name in (
+            "min_p",
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "json_schema",
+            "regex",
+            "grammar",
+            "logprobs_of",
+        )
+    ),
+    ("SampledSequence", "model_logprobs"),
     # what tinker 0.25–0.38 added (driven against the server by tests/e2e with 0.38.0)
     ("CreateSessionRequest", "display_name"),
     ("LoadWeightsRequest", "optimizer_config"),

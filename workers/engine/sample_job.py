@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from loopwright.types import SamplingParams, TensorData
 
 from .errors import InvalidInput
+from .logits_processors import Controls
 
 MAX_NUM_SAMPLES = 128
 MAX_TOPK_PROMPT_LOGPROBS = 64
@@ -55,6 +56,7 @@ class SampleJob:
     target_prompt_logprobs: TensorData | None = None  # int64 [len(prompt) - 1, K], -1: none
     prompt_alt_tokens_k: int = 0  # draws at every prompt position after the first
     record_stability_info: bool = False
+    controls: Controls = field(default_factory=Controls)  # processors, structure, logprobs law
 
     @classmethod
     def from_wire(
@@ -88,6 +90,7 @@ class SampleJob:
             target_prompt_logprobs=_tensor(options.get("target_prompt_logprobs")),
             prompt_alt_tokens_k=int(options.get("prompt_alt_tokens_k") or 0),
             record_stability_info=bool(options.get("record_stability_info")),
+            controls=Controls.of(params),
         )
 
 
@@ -175,6 +178,7 @@ def _check_drawing(job: SampleJob, vocab_size: int, where: str) -> None:
         raise InvalidInput(f"{params}.stop", "stop token ids must be inside the vocabulary")
     if any(s == "" for s in job.stop_strings):
         raise InvalidInput(f"{params}.stop", "stop strings must not be empty")
+    job.controls.check(vocab_size, where)
 
 
 def _check_reports(job: SampleJob, vocab_size: int, context_length: int, where: str) -> None:
