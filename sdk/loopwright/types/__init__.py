@@ -47,6 +47,12 @@ from .optim import (
     unsupported_optimizer,
 )
 from .pagination import Cursor
+from .provenance import (
+    PromptProvenanceSpan,
+    ProvenanceSpan,
+    ProvenanceSpans,
+    SampledProvenanceSpan,
+)
 from .sampling import (
     PromptAltTokens,
     SampledSequence,
@@ -150,11 +156,15 @@ __all__ = [
     "OptimStepResponse",
     "ParsedCheckpointTinkerPath",
     "PromptAltTokens",
+    "PromptProvenanceSpan",
+    "ProvenanceSpan",
+    "ProvenanceSpans",
     "QueueState",
     "RequestErrorCategory",
     "RequestFailedResponse",
     "SampleRequest",
     "SampleResponse",
+    "SampledProvenanceSpan",
     "SampledSequence",
     "SamplingParams",
     "SaveWeightsExternalRequest",
