@@ -19,13 +19,11 @@ __all__ = [
     "LossFnType",
 ]
 
-LossFnType = Literal["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
+LossFnType = Literal[
+    "cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo", "stable_reinforce"
+]
 
 UNSUPPORTED_LOSSES: dict[str, str] = {
-    "stable_reinforce": (
-        "stable_reinforce is not supported by this server: it needs stability information "
-        "recorded at sampling time, whose definition is not published"
-    ),
     "custom": (
         "custom is not supported by this server: server-side custom losses "
         "(create_custom_loss) do not run here; forward_backward_custom computes the loss on "
@@ -58,8 +56,8 @@ class ForwardBackwardInput(RequestModel):
         | None
     ) = None
     """Loss parameters: clip_low_threshold and clip_high_threshold for ppo, cispo and gspo,
-    beta for dro. Values may be numbers or strings (tinker's loss_fn_config_v2); each loss
-    says which kind each key takes."""
+    beta for dro, mask_low, mask_high and kl_coeff for stable_reinforce. Values may be numbers
+    or strings (tinker's loss_fn_config_v2); each loss says which kind each key takes."""
 
     @field_validator("loss_fn", mode="before")
     @classmethod
