@@ -330,3 +330,26 @@ def test_a_training_steps_refusals_come_in_order(alice, bob, charlie, runtime) -
     assert Operation.objects.get(model_id=mid, seq_id=1).status == Operation.Status.FAILED
     r = bob.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]))
     assert r.status_code == 200 and "metrics" in result(bob, runtime, r.json())
+
+
+def test_stable_reinforce_without_provenance_is_refused_naming_the_datum(
+    alice, charlie, runtime
+) -> None:
+    """The engine computes stable_reinforce from what sampling recorded; a datum that names no
+    recorded sequence is a 400 that says so, takes its seq_id, and the model goes on."""
+    mid = create_model(alice, runtime, open_session(alice))
+    body = fwdbwd(mid, 1, [datum([1, 2, 3])], loss_fn="stable_reinforce")
+    body["forward_backward_input"]["data"][0]["loss_fn_inputs"] = {
+        "target_tokens": {"data": [2, 3, 4], "dtype": "int64"},
+        "logprobs": {"data": [-1.0, -1.0, -1.0], "dtype": "float32"},
+        "advantages": {"data": [1.0, 1.0, 1.0], "dtype": "float32"},
+    }
+    r = charlie.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])]))
+    assert r.status_code == 404 and r.json()["field"] == "model_id"
+    r = alice.post("forward_backward", body)
+    assert r.status_code == 400, r.content
+    assert r.json()["field"] == "forward_backward_input.data[0]"
+    assert "needs provenance" in r.json()["detail"]
+    assert Operation.objects.get(model_id=mid, seq_id=1).status == Operation.Status.FAILED
+    r = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]))
+    assert "metrics" in result(alice, runtime, r.json())

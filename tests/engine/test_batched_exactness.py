@@ -31,6 +31,13 @@ LOSSES = [
     ("cispo", None),
     ("dro", {"beta": 0.2}),
 ]
+# every loss, stable_reinforce's masked ratios and penalty among them (its own cases below, so
+# the sessions the first cases draw stay the ones they always drew)
+ALL_LOSSES = [
+    *LOSSES,
+    ("stable_reinforce", None),
+    ("stable_reinforce", {"kl_coeff": 0.2, "mask_low": 0.8, "mask_high": 1.25}),
+]
 GROUPS = [(True, True, True), (True, False, False), (False, True, True), (False, False, True)]
 
 
@@ -47,8 +54,13 @@ def plain_peft_model(host, model_id: str) -> tuple[torch.nn.Module, dict[str, to
     return model, params
 
 
-def random_sessions(host, rng: np.random.Generator, count: int) -> list[dict]:
+def random_sessions(
+    host, rng: np.random.Generator, count: int, losses=LOSSES, *, each_loss: bool = False
+) -> list[dict]:
+    """``count`` sessions of random shapes, each with a loss drawn from ``losses`` (with
+    ``each_loss``: the first ``len(losses)`` take every loss once, in a random order)."""
     sessions = []
+    order = rng.permutation(len(losses)) if each_loss else None
     for k in range(count):
         attn, mlp, unembed = GROUPS[int(rng.integers(len(GROUPS)))]
         cfg = AdapterConfig(
@@ -62,7 +74,10 @@ def random_sessions(host, rng: np.random.Generator, count: int) -> list[dict]:
         model_id = f"s{k}"
         host.create_adapter(model_id, cfg)
         randomize_adapter(host, model_id, seed=100 + k, scale=0.05)
-        loss_fn, config = LOSSES[int(rng.integers(len(LOSSES)))]
+        if order is not None and k < len(order):
+            loss_fn, config = losses[int(order[k])]
+        else:
+            loss_fn, config = losses[int(rng.integers(len(losses)))]
         sessions.append({"id": model_id, "loss_fn": loss_fn, "config": config})
     return sessions
 
@@ -128,19 +143,25 @@ def torch_adamw(params: dict[str, torch.nn.Parameter], adam: AdamParams) -> torc
     )
 
 
+SMALL = {"max_batch_tokens": 48, "max_loaded_adapters": 3}
+
+
 @pytest.mark.parametrize(
-    ("seed", "overrides"),
+    ("seed", "overrides", "losses"),
     [
-        (0, {}),
+        (0, {}, LOSSES),
         # micro-batches of at most 48 padded tokens, and only 3 adapters resident at once:
         # a call runs in several passes and waves, spilling adapters with pending gradients
-        (1, {"max_batch_tokens": 48, "max_loaded_adapters": 3}),
+        (1, SMALL, LOSSES),
+        (2, {}, ALL_LOSSES),
+        (3, SMALL, ALL_LOSSES),
     ],
 )
-def test_training_together_equals_each_session_alone(make_host, seed, overrides) -> None:
+def test_training_together_equals_each_session_alone(make_host, seed, overrides, losses) -> None:
     rng = np.random.default_rng(seed)
     host = make_host(**overrides)
-    sessions = random_sessions(host, rng, 7)
+    every = losses is ALL_LOSSES
+    sessions = random_sessions(host, rng, max(7, len(losses)), losses, each_loss=every)
     refs = {}
     for s in sessions:
         model, params = plain_peft_model(host, s["id"])
@@ -183,7 +204,7 @@ def test_training_together_equals_each_session_alone(make_host, seed, overrides)
 
 def test_forward_together_equals_each_alone_and_leaves_no_gradients(host) -> None:
     rng = np.random.default_rng(5)
-    sessions = random_sessions(host, rng, 4)
+    sessions = random_sessions(host, rng, len(ALL_LOSSES), ALL_LOSSES, each_loss=True)
     requests = [(s["id"], random_request(rng, s["loss_fn"], s["config"])) for s in sessions]
     requests.append((None, random_request(rng, "cross_entropy", None)))  # the base model
     outputs = host.forward_many(requests)

@@ -38,7 +38,21 @@ def reference_term(loss_fn: str, p: torch.Tensor, t: int, inp: dict, cfg: dict) 
         return -torch.clamp(r, lo, hi).detach() * p * adv
     if loss_fn == "dro":
         return -(p * adv - 0.5 * cfg["beta"] * (p - q) ** 2)
+    if loss_fn == "stable_reinforce":
+        return stable_reinforce_term(p, q, adv, inp["sampled_mask"][t], cfg)
     raise AssertionError(loss_fn)
+
+
+def stable_reinforce_term(p: torch.Tensor, q, adv, sampled, cfg: dict) -> torch.Tensor:
+    """docs/tinker-protocol.md's stable_reinforce for one token: a prompt token gives nothing;
+    a sampled one ``-r·A`` while ``r = exp(p - q)`` lies in [mask_low, mask_high], plus
+    ``kl_coeff·½(p - q)²``."""
+    if sampled == 0:
+        return p * 0.0
+    r = torch.exp(p - q)
+    inside = cfg["mask_low"] <= float(r.detach()) <= cfg["mask_high"]
+    policy = -r * adv if inside else p * 0.0
+    return policy + cfg["kl_coeff"] * 0.5 * (p - q) ** 2
 
 
 def make_inputs(loss_fn: str, rng: np.random.Generator, n: int, per_token_clip: bool) -> dict:
@@ -52,6 +66,14 @@ def make_inputs(loss_fn: str, rng: np.random.Generator, n: int, per_token_clip: 
     if per_token_clip:
         inp["clip_low_threshold"] = [0.9] * n
         inp["clip_high_threshold"] = [1.05] * n
+    if loss_fn == "stable_reinforce":
+        # a prompt first: no advantage there, and a recorded logprob no sampler could give
+        # (it must not be read)
+        prompt = int(rng.integers(0, n))
+        mask = [0.0] * prompt + [1.0] * (n - prompt)
+        inp["sampled_mask"] = mask
+        inp["advantages"] = [a if m else 0.0 for a, m in zip(inp["advantages"], mask, strict=True)]
+        inp["logprobs"] = [q if m else 30.0 for q, m in zip(inp["logprobs"], mask, strict=True)]
     return inp
 
 
@@ -64,10 +86,13 @@ CASES = [
     ("cispo", None, False),
     ("cispo", {"clip_low_threshold": 0.7, "clip_high_threshold": 1.3}, False),
     ("dro", {"beta": 0.3}, False),
+    ("stable_reinforce", None, False),
+    ("stable_reinforce", {"kl_coeff": 0.3, "mask_low": 0.7, "mask_high": 1.6}, False),
 ]
 DEFAULTS = {
     "ppo": {"clip_low_threshold": 0.8, "clip_high_threshold": 1.2},
     "cispo": {"clip_low_threshold": 0.0, "clip_high_threshold": 4.0},
+    "stable_reinforce": {"mask_low": 0.5, "mask_high": 5.0, "kl_coeff": 0.0},
 }
 
 

@@ -132,10 +132,7 @@ def test_unknown_loss_is_rejected_not_defaulted(host) -> None:
     assert err.value.field == "loss_fn"
 
 
-@pytest.mark.parametrize(
-    ("name", "reason"),
-    [("stable_reinforce", "not published"), ("custom", "forward_backward_custom")],
-)
+@pytest.mark.parametrize(("name", "reason"), [("custom", "forward_backward_custom")])
 def test_unsupported_tinker_losses_are_refused_by_name(host, name, reason) -> None:
     session(host)
     fwd = ForwardBackwardInput.model_construct(data=[GOOD], loss_fn=name, loss_fn_config=None)

@@ -107,3 +107,23 @@ def test_provenance_travels_with_the_datum(server: FakeServer, service: ServiceC
         "offset": 0,
         "length": 2,
     }
+
+
+def test_stable_reinforce_is_sent_with_its_inputs(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    client = service.create_lora_training_client(BASE_MODEL, rank=4)
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2, 3]),
+        loss_fn_inputs={
+            "target_tokens": [2, 3, 4],
+            "logprobs": [0.0, -1.5, -0.5],
+            "advantages": [0.0, 1.0, 1.0],
+            "sampled_mask": [0, 1, 1],
+        },
+    )
+    client.forward_backward([datum], "stable_reinforce", {"kl_coeff": 0.01}).result(timeout=10)
+    body = server.calls("forward_backward")[-1]["forward_backward_input"]
+    assert (body["loss_fn"], body["loss_fn_config"]) == ("stable_reinforce", {"kl_coeff": 0.01})
+    mask = body["data"][0]["loss_fn_inputs"]["sampled_mask"]
+    assert (mask["dtype"], mask["data"]) == ("float32", [0.0, 1.0, 1.0])

@@ -17,17 +17,21 @@ import torch
 
 from loopwright.types import UNSUPPORTED_LOSSES
 
+from . import stable_reinforce
 from .errors import InvalidInput
 
 Tensor = torch.Tensor
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, float]], Tensor]
+MetricsFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, float]], dict[str, Tensor]]
 DatumCheck = Callable[[Mapping[str, np.ndarray], str], None]
+ConfigCheck = Callable[[Mapping[str, float]], None]
 
 
 @dataclass(frozen=True)
 class LossSpec:
     """A loss: which ``loss_fn_inputs`` it needs and accepts, its (numeric) config keys with
-    their defaults, and an optional check of each datum's inputs."""
+    their defaults, optional checks of its merged config and of each datum's inputs, and
+    optional per-token metrics (``name:sum`` keys, summed over real tokens by the pass)."""
 
     fn: LossFn
     required: tuple[str, ...]
@@ -35,6 +39,8 @@ class LossSpec:
     config: Mapping[str, float] = field(default_factory=dict)
     required_config: tuple[str, ...] = ()
     check_datum: DatumCheck | None = None
+    check_config: ConfigCheck | None = None
+    metrics: MetricsFn | None = None
 
     @property
     def accepted_inputs(self) -> tuple[str, ...]:
@@ -132,6 +138,14 @@ LOSSES: dict[str, LossSpec] = {
         required_config=("clip_low_threshold", "clip_high_threshold"),
         check_datum=_marks_a_token,
     ),
+    "stable_reinforce": LossSpec(
+        stable_reinforce.loss,
+        required=stable_reinforce.INPUTS,
+        config=stable_reinforce.CONFIG,
+        check_datum=stable_reinforce.check_datum,
+        check_config=stable_reinforce.check_config,
+        metrics=stable_reinforce.metrics,
+    ),
 }
 
 
@@ -165,6 +179,8 @@ def resolve_loss(
         raise InvalidInput(
             "loss_fn_config.clip_low_threshold", "must not exceed clip_high_threshold"
         )
+    if spec.check_config is not None:
+        spec.check_config(merged)
     return spec, merged
 
 

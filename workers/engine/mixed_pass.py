@@ -46,9 +46,10 @@ class _Job:
     logprobs: dict[int, np.ndarray] = field(default_factory=dict)
     losses: dict[int, np.ndarray] = field(default_factory=dict)
     total: float = 0.0
+    sums: dict[str, float] = field(default_factory=dict)  # the loss's own ``name:sum`` metrics
 
     def reset(self) -> None:
-        self.logprobs, self.losses, self.total = {}, {}, 0.0
+        self.logprobs, self.losses, self.total, self.sums = {}, {}, 0.0, {}
 
     def output(self) -> ForwardBackwardOutput:
         outputs = [
@@ -62,7 +63,7 @@ class _Job:
         return ForwardBackwardOutput(
             loss_fn_output_type="ArrayRecord",
             loss_fn_outputs=outputs,
-            metrics={"loss:sum": self.total, "tokens:sum": tokens},
+            metrics={**self.sums, "loss:sum": self.total, "tokens:sum": tokens},
         )
 
 
@@ -203,7 +204,7 @@ class MixedPass:
             p_B_T = self.target_logprobs(ids_B_T, targets_B_T)
             failed: dict[int, InvalidInput] = {}
             total = p_B_T.new_zeros(())
-            parts: dict[int, torch.Tensor] = {}
+            parts: dict[int, tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}
             for i, (start, stop) in spans.items():
                 job = live[i]
                 inputs = _inputs(job, order[start:stop], ids_B_T.shape[1], self.device)
@@ -213,7 +214,7 @@ class MixedPass:
                 if error is not None:
                     failed[i] = error
                     continue
-                parts[i] = loss_R_T
+                parts[i] = (loss_R_T, inputs)
                 total = total + loss_R_T.sum()
             if self.before_backward is not None:
                 self.before_backward(bool(failed))
@@ -221,10 +222,15 @@ class MixedPass:
                 return failed
             if backward:
                 total.backward()
-        for i, loss_R_T in parts.items():
+        for i, (loss_R_T, inputs) in parts.items():
             job = live[i]
             start, stop = spans[i]
             job.total += float(loss_R_T.detach().sum())
+            if job.spec.metrics is not None:
+                terms = job.spec.metrics(p_B_T[start:stop].detach(), inputs, job.cfg)
+                for name, term_R_T in terms.items():
+                    value = float((term_R_T * mask_B_T[start:stop]).sum())
+                    job.sums[name] = job.sums.get(name, 0.0) + value
             for row in range(start, stop):
                 d = order[row].datum
                 job.logprobs[d.index] = p_B_T[row, : d.length].detach().float().cpu().numpy()

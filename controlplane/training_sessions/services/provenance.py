@@ -61,9 +61,9 @@ def provenance_resolve(*, tenant: Tenant, model_id: object, kind: str, payload: 
     if loss_fn in NEEDS_PROVENANCE and len(cited) < len(data):
         missing = next(i for i, d in enumerate(data) if d.get("model_input_spans") is None)
         raise DomainError(
-            f"{key}.data[{missing}] has no provenance: {loss_fn} needs every datum to name the "
-            "recorded sequences its tokens come from (sample with record_stability_info=True, "
-            "then Datum.with_provenance)",
+            f"{key}.data[{missing}] has no provenance: {loss_fn} needs provenance on every "
+            "datum, naming the recorded sequences its tokens were sampled from (sample with "
+            "record_stability_info=True, then Datum.with_provenance)",
             field=f"{key}.data[{missing}]",
         )
     if not cited:

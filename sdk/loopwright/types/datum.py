@@ -36,6 +36,7 @@ LOSS_INPUT_DTYPES: dict[str, TensorDtype] = {
     "clip_low_threshold": "float32",
     "clip_high_threshold": "float32",
     "sequence_ratio_mask": "float32",
+    "sampled_mask": "float32",
 }
 """The wire dtype of each well-known loss input; other names keep their inferred dtype."""
 
