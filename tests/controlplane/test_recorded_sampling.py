@@ -141,6 +141,22 @@ def test_stable_reinforce_takes_the_recorded_logprobs(alice, runtime, run, recor
     assert again.json()["request_id"] == op.pk
 
 
+def test_stable_reinforce_trains_on_the_recorded_logprobs(alice, runtime, run, recorded):
+    """The adapter has not moved since the sample (its LoRA starts at zero): the trainer's
+    logprobs are the sampler's, every ratio is 1, and the loss is −Σ A over the sampled tokens.
+    Had the engine read the client's logprobs (−9), every ratio would leave the band and the
+    loss would be 0."""
+    seqs = recorded["sequences"]
+    data = [datum_of(seqs[0], advantage=1.0), datum_of(seqs[1], advantage=-0.5)]
+    out = run.run(
+        "forward_backward", forward_backward_input={"data": data, "loss_fn": "stable_reinforce"}
+    )
+    assert out["metrics"]["loss:sum"] == pytest.approx(-(4 * 1.0) + 4 * 0.5, abs=1e-4)
+    ob = len(PROMPT) - 1
+    for output, seq in zip(out["loss_fn_outputs"], seqs, strict=True):
+        np.testing.assert_allclose(output["logprobs"]["data"][ob:], seq["logprobs"], atol=1e-4)
+
+
 def test_provenance_on_another_loss_is_checked_and_trains_as_sent(alice, runtime, run, recorded):
     seqs = recorded["sequences"]
     data = [datum_of(s) for s in seqs]

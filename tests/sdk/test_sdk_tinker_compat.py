@@ -109,6 +109,8 @@ EXTRA_FIELDS = {
     ("Datum", "model_input_spans"),
     ("Datum", "loss_fn_input_spans"),
     ("SampledSequence", "sequence_id"),
+    ("SupportedModel", "trainable"),
+    ("SupportedModel", "sampleable"),
     ("TryAgainResponse", "queue_state_reason"),
     ("LoraConfig", "alpha"),
     ("CreateSamplingSessionRequest", "model_id"),
