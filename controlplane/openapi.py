@@ -43,6 +43,7 @@ from controlplane.api.apis import (
     sampling,
     sessions,
     training,
+    uploads,
 )
 from controlplane.api.checkpoint_search import CheckpointSearchQuery
 from controlplane.api.session_queries import SessionSearchQuery
@@ -208,6 +209,18 @@ ROUTES: dict[Callable, dict[str, Op]] = {
     training.save_weights_external: {"POST": _future(wire.SaveWeightsExternalRequest)},
     training.load_weights: {"POST": _future(wire.LoadWeightsRequest)},
     copies.copy_weights: {"POST": Op(request=wire.CopyWeightsRequest, ok=wire.CopyWeightsResponse)},
+    uploads.external_weights_upload_start: {
+        "POST": Op(
+            request=wire.ExternalWeightsUploadStartRequest,
+            ok=wire.ExternalWeightsUploadStartResponse,
+        )
+    },
+    uploads.external_weights_upload_finish: {
+        "POST": Op(
+            request=wire.ExternalWeightsUploadFinishRequest,
+            ok=wire.ExternalWeightsUploadFinishResponse,
+        )
+    },
     sampling.create_sampling_session: {
         "POST": Op(request=wire.CreateSamplingSessionRequest, ok=wire.CreateSamplingSessionResponse)
     },
@@ -323,6 +336,7 @@ ROUTES: dict[Callable, dict[str, Op]] = {
         )
     },
     models.signed_download: {"GET": Op(ok=OpenApiTypes.BINARY)},
+    uploads.signed_upload: {"PUT": Op(request=OpenApiTypes.BINARY)},
 }
 
 OPENAI_ROUTES: dict[type, dict[str, Op]] = {

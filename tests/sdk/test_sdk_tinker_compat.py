@@ -111,6 +111,7 @@ EXTRA_FIELDS = {
     ("SampledSequence", "sequence_id"),
     ("SupportedModel", "trainable"),
     ("SupportedModel", "sampleable"),
+    ("Checkpoint", "base_model"),  # tinker 0.39
     ("TryAgainResponse", "queue_state_reason"),
     ("LoraConfig", "alpha"),
     ("CreateSamplingSessionRequest", "model_id"),

@@ -86,6 +86,12 @@ from .sessions import (
 from .tensor_data import TensorData, TensorDtype
 from .training import ForwardBackwardRequest, ForwardRequest
 from .training_runs import TrainingRun, TrainingRunsResponse
+from .uploads import (
+    ExternalWeightsUploadFinishRequest,
+    ExternalWeightsUploadFinishResponse,
+    ExternalWeightsUploadStartRequest,
+    ExternalWeightsUploadStartResponse,
+)
 from .vpc import VpcConfig
 from .weights import (
     CopyWeightsRequest,
@@ -127,6 +133,10 @@ __all__ = [
     "Datum",
     "EncodedTextChunk",
     "ErrorBody",
+    "ExternalWeightsUploadFinishRequest",
+    "ExternalWeightsUploadFinishResponse",
+    "ExternalWeightsUploadStartRequest",
+    "ExternalWeightsUploadStartResponse",
     "ForwardBackwardInput",
     "ForwardBackwardOutput",
     "ForwardBackwardRequest",
