@@ -155,6 +155,11 @@ def test_stable_reinforce_trains_on_the_recorded_logprobs(alice, runtime, run, r
     ob = len(PROMPT) - 1
     for output, seq in zip(out["loss_fn_outputs"], seqs, strict=True):
         np.testing.assert_allclose(output["logprobs"]["data"][ob:], seq["logprobs"], atol=1e-4)
+    # metered as training, like every forward_backward: each datum's tokens, once
+    session = alice.post("get_info", {"model_id": run.id}).json()["session_id"]
+    lines = alice.get(f"sessions/{session}/usage").json()["lines"]
+    usage = {line["meter"]: line["quantity"] for line in lines}
+    assert usage["train_tokens"] == 2 * (len(PROMPT) + 3)
 
 
 def test_provenance_on_another_loss_is_checked_and_trains_as_sent(alice, runtime, run, recorded):
