@@ -371,3 +371,12 @@ def test_protobuf_spans_are_read_and_checked(alice, runtime, run, recorded):
     r = post_proto(alice, encode_forward_backward(run.id, 2, bad))
     assert r.status_code == 400 and r.json()["field"] == "forward_backward_input.data[0]"
     assert TINY  # the model these runs train
+
+
+def test_a_request_cites_a_bounded_number_of_sequences(run, runtime, recorded, monkeypatch):
+    from controlplane.training_sessions.services import provenance
+
+    monkeypatch.setattr(provenance, "MAX_CITED", 1)
+    r = _refused(run, runtime, [datum_of(s) for s in recorded["sequences"]])
+    assert r.status_code == 400 and r.json()["field"] == "forward_backward_input.data"
+    assert "cite 2 sequences; at most 1" in r.json()["detail"]

@@ -32,6 +32,8 @@ RECORDED_KEY = "recorded"
 """The payload key of what a request took from the recordings (not part of what a retry repeats)."""
 
 NEEDS_PROVENANCE = frozenset({"stable_reinforce"})
+MAX_CITED = 4096
+"""Most distinct sequences one request may cite (the SDKs send at most 1,024 datums)."""
 
 
 class UnknownSequence(NotFound):
@@ -78,6 +80,11 @@ def provenance_resolve(*, tenant: Tenant, model_id: object, kind: str, payload: 
     now = timezone.now()
     datums = [_datum(f"{key}.data[{i}]", data[i]) for i in cited]
     ids = {s["sequence_id"] for d in datums for s in (*d.model_input_spans, *d.loss_fn_input_spans)}
+    if len(ids) > MAX_CITED:
+        raise DomainError(
+            f"{key}.data: the datums cite {len(ids)} sequences; at most {MAX_CITED} per request",
+            field=f"{key}.data",
+        )
     found = recordings_read(tenant=tenant, session_id=session_id, sequence_ids=ids, now=now)
     recorded = []
     for datum in datums:
