@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controlplane.storage import as_uri, location
-from loopwright.types import AdamParams, ForwardBackwardInput, ModelInput, SamplingParams
+from loopwright.types import (
+    AdamParams,
+    DimuonParams,
+    ForwardBackwardInput,
+    ModelInput,
+    OptimParams,
+    SamplingParams,
+)
 
 from . import checkpoint_storage as stored
 from .engine import checkpoints
@@ -71,6 +78,7 @@ def run_training(
             train_attn=bool(lora.get("train_attn", True)),
             train_mlp=bool(lora.get("train_mlp", True)),
             train_unembed=bool(lora.get("train_unembed", True)),
+            optimizer=str(lora.get("optimizer", "adamw")),
         )
         host.create_adapter(adapter, cfg)
         if "load" not in plan:
@@ -83,9 +91,7 @@ def run_training(
         fwd = engine_batch(payload, "forward_backward_input")
         return host.forward_backward(adapter, fwd).model_dump(mode="json")
     if kind == "optim_step":
-        return host.optim_step(
-            adapter, AdamParams.model_validate(payload["adam_params"])
-        ).model_dump(mode="json")
+        return host.optim_step(adapter, optim_params(payload)).model_dump(mode="json")
     if kind in ("save_weights", "save_weights_for_sampler"):
         # taken without pending gradients, a state save is also where a failover resumes
         pending = host.has_pending_gradients(adapter)
@@ -126,6 +132,14 @@ def engine_batch(payload: dict, key: str) -> ForwardBackwardInput:
         ]
         batch = {**batch, "data": data}
     return ForwardBackwardInput.model_validate(batch)
+
+
+def optim_params(payload: dict) -> OptimParams:
+    """An optim_step's hyperparameters: ``adam_params`` (AdamW) or ``optimizer_params``
+    (Dimuon), as the request sent them."""
+    if payload.get("optimizer_params") is not None:
+        return DimuonParams.model_validate(payload["optimizer_params"])
+    return AdamParams.model_validate(payload["adam_params"])
 
 
 def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | None) -> dict:
@@ -278,7 +292,7 @@ def _packed_request(kind: str, payload: dict, plan: dict) -> tuple:
     if kind == "forward_backward":
         return adapter, engine_batch(payload, "forward_backward_input")
     if kind == "optim_step":
-        return adapter, AdamParams.model_validate(payload["adam_params"])
+        return adapter, optim_params(payload)
     raise ValueError(f"operation kind {kind!r} does not pack")
 
 

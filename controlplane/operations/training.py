@@ -37,7 +37,7 @@ from controlplane.training_sessions.services.provenance import provenance_resolv
 from controlplane.training_sessions.services.sessions import session_touch
 from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
 
-from . import ordering, step_statement
+from . import ordering, step_checks, step_statement
 from .admission import (
     TOKEN_KINDS,
     TOUCH_SECONDS,
@@ -314,6 +314,7 @@ def submit_step(
         audit=audit,
         request_id=request_id,
         highest_token=vocabulary.highest_token(batch),
+        optimizer=step_checks.step_family(kind, payload),
     )
 
 
@@ -341,6 +342,7 @@ def training_submit(
         # a retry: same answer whatever state the session is in now
         return Operation.objects.select_related("worker").get(pk=existing_id)
     require_ready(model)
+    step_checks.optimizer_matches(kind, payload, model.lora)
     if kind in TOKEN_KINDS:
         key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
         vocabulary.vocab_check(

@@ -9,6 +9,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation
 from controlplane.training_sessions.selectors import checkpoint_by_path
 from controlplane.training_sessions.services import checkpoint_plans
+from controlplane.training_sessions.services.lora import optimizer_of, with_optimizer
 from loopwright.types import (
     LoadWeightsRequest,
     SaveWeightsExternalRequest,
@@ -94,14 +95,19 @@ def save_weights_external_submit(*, tenant: Tenant, req: SaveWeightsExternalRequ
 
 
 def load_weights_submit(*, tenant: Tenant, req: LoadWeightsRequest) -> Operation:
-    """Load a checkpoint into the live model ``req.model_id``."""
-    plan = checkpoint_plans.load_plan(tenant=tenant, path=req.path, optimizer=req.optimizer)
+    """Load a checkpoint into the live model ``req.model_id`` (whose optimizer family a load
+    never changes)."""
+    plan = checkpoint_plans.load_plan(
+        tenant=tenant, path=req.path, optimizer=req.optimizer, family=_asked_family(req)
+    )
     return _submit(tenant, req, Operation.Kind.LOAD_WEIGHTS, plan)
 
 
 def new_model_shape(*, tenant: Tenant, req: LoadWeightsRequest) -> tuple[str, dict]:
     """The base model and LoRA config of a model made by loading ``req.path`` (a load without
-    ``model_id``): the checkpoint's, unless the request names a base model."""
+    ``model_id``): the checkpoint's, unless the request names a base model. Its optimizer family
+    is the checkpoint's when its optimizer state is loaded (``optimizer_config`` may only repeat
+    it), else ``optimizer_config``'s (AdamW when not given)."""
     if req.session_id is None or req.model_seq_id is None:
         raise DomainError(
             "give model_id, or session_id and model_seq_id for a new model", field="model_id"
@@ -109,7 +115,19 @@ def new_model_shape(*, tenant: Tenant, req: LoadWeightsRequest) -> tuple[str, di
     ckpt = checkpoint_by_path(tenant=tenant, tinker_path=req.path, field="path")
     base_model = req.base_model or ckpt.base_model
     lora = {k: v for k, v in ckpt.lora.items() if k != "alpha" or v is not None}
-    return base_model, lora
+    asked, saved = _asked_family(req), optimizer_of(ckpt.lora)
+    if req.optimizer and asked is not None and asked != saved:
+        raise DomainError(
+            f"optimizer_config: {req.path} holds {saved} optimizer state, which a model that "
+            "resumes it keeps; load without the optimizer state to choose another",
+            field="optimizer_config",
+        )
+    family = saved if req.optimizer else asked or "adamw"
+    return base_model, with_optimizer(lora, family)
+
+
+def _asked_family(req: LoadWeightsRequest) -> str | None:
+    return req.optimizer_config.type if req.optimizer_config is not None else None
 
 
 def load_new_model(

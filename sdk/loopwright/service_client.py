@@ -36,11 +36,13 @@ from .types import (
     CreateModelResponse,
     CreateSessionRequest,
     CreateSessionResponse,
+    DimuonOptimizerConfig,
     GetInfoResponse,
     GetServerCapabilitiesResponse,
     ListBaseModelsResponse,
     ListSessionInfosResponse,
     LoraConfig,
+    OptimizerConfig,
     SessionInfo,
     VpcConfig,
     WeightsInfoResponse,
@@ -202,6 +204,7 @@ class ServiceClient:
         vpc_config: VpcConfig | dict[str, Any] | None = None,
         user_metadata: dict[str, Any] | None = None,
         replicas: int | None = None,
+        optimizer: OptimizerConfig | None = None,
     ) -> TrainingClient:
         """Open a session and create a fresh LoRA adapter on ``base_model`` in it.
 
@@ -209,7 +212,9 @@ class ServiceClient:
         client's for this session only. ``replicas``: the workers the model trains on, data
         parallel (None: the server's 1; at most the account's ``max_replicas`` quota and the
         live workers of the base model, else a ``BadRequestError`` naming ``replicas``).
-        Blocks until the model exists.
+        ``optimizer``: ``AdamOptimizerConfig()`` (None means the same) or
+        ``DimuonOptimizerConfig()``, fixed for the model's lifetime; its steps then take
+        ``AdamParams`` or ``DimuonParams``. Blocks until the model exists.
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
@@ -238,6 +243,7 @@ class ServiceClient:
             user_metadata=user_metadata,
             lora_config=lora,
             replicas=replicas,
+            optimizer_config=optimizer,
         )
         try:
             created = self._runtime.operation(
@@ -275,6 +281,8 @@ class ServiceClient:
     def _from_state(self, path: str, optimizer: bool, **options: Any) -> TrainingClient:
         check_training_path(path)
         info = self._runtime.post("weights_info", WeightsInfoResponse, {"tinker_path": path})
+        if optimizer and info.optimizer == "dimuon":  # its state resumes in a Dimuon model
+            options.setdefault("optimizer", DimuonOptimizerConfig())
         client = self.create_lora_training_client(
             info.base_model,
             rank=info.lora_rank or 32,
@@ -295,15 +303,17 @@ class ServiceClient:
         """A new training client whose adapter is loaded from a training checkpoint (its
         ``tinker://`` path, or the ARN of a model package version that holds one).
 
-        The optimizer starts afresh; ``options`` are create_lora_training_client's keywords
-        (session name, platform settings, user_metadata).
+        The optimizer starts afresh (AdamW unless ``optimizer`` says otherwise); ``options``
+        are create_lora_training_client's keywords (session name, platform settings,
+        user_metadata, optimizer).
         """
         return self._from_state(path, False, **options)
 
     def create_training_client_from_state_with_optimizer(
         self, path: str, **options: Any
     ) -> TrainingClient:
-        """A new training client resuming adapter and optimizer state from a checkpoint."""
+        """A new training client resuming adapter and optimizer state from a checkpoint, with
+        the optimizer family the checkpoint was saved with."""
         return self._from_state(path, True, **options)
 
     # -- sampling clients ----------------------------------------------------------------------

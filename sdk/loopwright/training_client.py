@@ -32,6 +32,7 @@ from .types import (
     LoadWeightsRequest,
     LoadWeightsResponse,
     LossFnType,
+    OptimParams,
     OptimStepRequest,
     OptimStepResponse,
     ParsedCheckpointTinkerPath,
@@ -219,9 +220,20 @@ class TrainingClient:
         backward = self.forward_backward(linear, "cross_entropy")
         return CombinedAPIFuture([backward], lambda r: _custom_loss.with_metrics(r[0], metrics))
 
-    def optim_step(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
-        """Apply the accumulated gradients with AdamW and clear them."""
-        request = OptimStepRequest(adam_params=adam_params, model_id=self.model_id)
+    def optim_step(
+        self, params: OptimParams | None = None, *, adam_params: AdamParams | None = None
+    ) -> APIFuture[OptimStepResponse]:
+        """Apply the accumulated gradients and clear them, with the optimizer the model was made
+        with: ``AdamParams`` for AdamW, ``DimuonParams`` for Dimuon (the other family's are a
+        ``BadRequestError`` naming their field). ``adam_params=`` is the older keyword, as in
+        tinker."""
+        if (params is None) == (adam_params is None):
+            raise ValueError("give the step's params, or the older adam_params=, not both")
+        params = params if params is not None else adam_params
+        if isinstance(params, AdamParams):
+            request = OptimStepRequest(adam_params=params, model_id=self.model_id)
+        else:
+            request = OptimStepRequest(optimizer_params=params, model_id=self.model_id)
         return self._single("optim_step", request, OptimStepResponse.model_validate)
 
     # -- checkpoints ---------------------------------------------------------------------------
@@ -393,9 +405,11 @@ class TrainingClient:
         backward = self.forward_backward(linear, "cross_entropy")
         return CombinedAPIFuture([backward], lambda r: _custom_loss.with_metrics(r[0], metrics))
 
-    async def optim_step_async(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
+    async def optim_step_async(
+        self, params: OptimParams | None = None, *, adam_params: AdamParams | None = None
+    ) -> APIFuture[OptimStepResponse]:
         """Async twin of optim_step."""
-        return self.optim_step(adam_params)
+        return self.optim_step(params, adam_params=adam_params)
 
     async def save_state_async(
         self, name: str | None = None, ttl_seconds: int | None = None, overwrite: bool = False

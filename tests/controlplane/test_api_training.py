@@ -351,6 +351,12 @@ def test_stable_reinforce_without_provenance_is_refused_naming_the_datum(
     assert r.status_code == 400, r.content
     assert r.json()["field"] == "forward_backward_input.data[0]"
     assert "needs provenance" in r.json()["detail"]
+    assert "record_stability_info" in r.json()["detail"]
     assert Operation.objects.get(model_id=mid, seq_id=1).status == Operation.Status.FAILED
-    r = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]))
+    body["seq_id"] = 2
+    body["forward_backward_input"]["loss_fn_config"] = {"kl_coeff": -0.5}
+    r = alice.post("forward_backward", body)  # its config is refused first, naming the key
+    assert r.status_code == 400 and r.json()["field"] == "forward_backward_input.loss_fn_config"
+    assert "kl_coeff: -0.5 is not ≥ 0" in r.json()["detail"]
+    r = alice.post("forward_backward", fwdbwd(mid, 3, [datum([1, 2])]))
     assert "metrics" in result(alice, runtime, r.json())

@@ -536,3 +536,75 @@ def test_stable_reinforce_on_recorded_sequences_replays_exactly_without_the_stor
         )
         assert "error" not in result(alice, c, {"request_id": done.pk})
     assert same(adapter(b, model_id), adapter(c, twin))
+
+
+def test_a_dimuon_model_trained_with_stable_reinforce_replays_exactly(alice, start) -> None:
+    """Dimuon's momentum and stable_reinforce's masked ratios, replayed on another worker from
+    the model's start: the adapter ends bit for bit as on a worker that never stopped. (The
+    stable_reinforce requests are submitted as the service stores them, with their recorded
+    logprobs and sampled_mask filled in.)"""
+    from controlplane.operations import training
+
+    from .test_dimuon_api import DIMUON, create, step
+
+    def rl_datum(seq: int) -> dict:
+        tokens = [(seq * 11 + j * 7) % 250 for j in range(9)]
+        d = datum(tokens)
+        d["loss_fn_inputs"] = {
+            "target_tokens": d["loss_fn_inputs"]["target_tokens"],
+            # log-ratios both inside and outside the band, a prompt of three tokens
+            "logprobs": {
+                "data": [0.0] * 3 + [-5.5, -4.0, -7.5, -5.0, -6.5, -3.0],
+                "dtype": "float32",
+            },
+            "advantages": {
+                "data": [0.0] * 3 + [1.0, -0.5, 1.0, 2.0, -1.0, 0.5],
+                "dtype": "float32",
+            },
+            "sampled_mask": {"data": [0.0] * 3 + [1.0] * 6, "dtype": "float32"},
+        }
+        return d
+
+    def train(runtime, model_id: str, first: int, n: int) -> list[dict]:
+        futures = []
+        for i in range(n):
+            seq = first + 2 * i
+            op = training.training_submit(
+                tenant=alice.tenant,
+                model_id=model_id,
+                seq_id=seq,
+                kind="forward_backward",
+                payload={
+                    "forward_backward_input": {
+                        "data": [rl_datum(seq)],
+                        "loss_fn": "stable_reinforce",
+                        "loss_fn_config": {"kl_coeff": 0.1},
+                    }
+                },
+            )
+            futures.append({"request_id": op.pk})
+            futures.append(alice.post("optim_step", step(model_id, seq + 1, dimuon=True)).json())
+        return futures
+
+    a = start("a")
+    model_id = create(alice, a, open_session(alice), 0, DIMUON)
+    done = [result(alice, a, fut) for fut in train(a, model_id, 1, 3)]
+    assert all("metrics" in r for r in done)
+    assert done[0]["metrics"]["masked_tokens:sum"] >= 1  # ratios outside the band: masked
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    for fut in train(b, model_id, 7, 2):
+        assert "metrics" in result(alice, b, fut)
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.outcome, recovery.to_worker, recovery.replayed) == ("restored", "b", 7)
+    assert b.host.pool.config(model_id).optimizer == "dimuon"
+
+    c = start("c")
+    ref = create(alice, c, open_session(alice), 0, DIMUON)
+    for fut in train(c, ref, 1, 5):
+        assert "metrics" in result(alice, c, fut)
+    assert same(adapter(b, model_id), adapter(c, ref))
+    moments = [c.host.pool.optimizer(ref), b.host.pool.optimizer(model_id)]
+    assert moments[0].step == moments[1].step == 5
+    assert same(moments[0].exp_avg, moments[1].exp_avg) and not moments[1].exp_avg_sq

@@ -30,6 +30,9 @@ from .test_api_training import (  # noqa: F401
     test_training_flow_checkpoints_sampling_and_stop,
     test_waiting_for_a_missing_seq_id,
 )
+from .test_dimuon_api import (  # noqa: F401
+    test_each_model_steps_with_its_own_family_and_refuses_the_other,
+)
 from .test_token_budget import (  # noqa: F401
     test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
 )
@@ -121,6 +124,32 @@ def test_what_it_does_not_take_it_leaves_untouched(alice, charlie, runtime) -> N
         )
         assert op is None, why
         assert (AuditEvent.objects.count(), Operation.objects.count()) == (audited, ops), why
+
+
+def test_an_optim_step_of_another_family_is_left_to_the_general_path(alice, runtime) -> None:
+    from .test_dimuon_api import DIMUON, DIMUON_STEP, create
+
+    model_id = create(alice, runtime, open_session(alice), 0, DIMUON)
+    audited, ops = AuditEvent.objects.count(), Operation.objects.count()
+
+    def submit(family: str):
+        key, params = (
+            ("optimizer_params", DIMUON_STEP) if family == "dimuon" else ("adam_params", {})
+        )
+        return step_statement.submit(
+            tenant=alice.tenant,
+            model_id=model_id,
+            seq_id=1,
+            kind="optim_step",
+            payload={key: params},
+            audit=_audit(alice, model_id),
+            optimizer=family,
+        )
+
+    assert submit("adamw") is None
+    assert (AuditEvent.objects.count(), Operation.objects.count()) == (audited, ops)
+    taken = submit("dimuon")
+    assert taken is not None and Operation.objects.get(pk=taken.pk).seq_id == 1
 
 
 def test_a_concurrent_insert_of_the_same_seq_id_changes_nothing(alice, runtime) -> None:

@@ -6,6 +6,7 @@ adapter the server saved, downloaded and loaded into plain transformers + peft h
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import subprocess
@@ -242,3 +243,23 @@ def test_sampling_options_of_0_34_match_plain_peft(run, reference) -> None:
             assert value == pytest.approx(want, abs=1e-4)
     assert rich["alt_shape"] == [len(prompt) - 1, 2]
     assert all(0 <= t < 259 for t in rich["alt_tokens"])
+
+
+def test_dimuon_trains_resumes_and_refuses_the_other_family(run, pg_stack) -> None:
+    if "dimuon" not in run:
+        pytest.skip("Dimuon came with tinker 0.26-0.30")
+    dimuon = run["dimuon"]
+    losses = dimuon["losses"]
+    assert all(b < a for a, b in itertools.pairwise(losses)), losses
+    original, resumed = dimuon["resumed"]
+    np.testing.assert_allclose(np.array(resumed), np.array(original), atol=1e-6)
+    for key, family in (("adam_on_dimuon", "dimuon"), ("dimuon_on_adam", "adamw")):
+        refused = dimuon["refused"][key]
+        assert refused is not None and refused["status"] == 400, refused
+        assert f"this model's optimizer is {family}" in refused["message"]
+    info = httpx.post(
+        f"{pg_stack.url}/api/v1/weights_info",
+        json={"tinker_path": dimuon["path"]},
+        headers={"X-API-Key": pg_stack.keys["alice"]},
+    )
+    assert info.json()["optimizer"] == "dimuon"

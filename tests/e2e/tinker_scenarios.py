@@ -71,6 +71,45 @@ LOSS_INPUTS = {
 LOSS_CONFIG = {"dro": {"beta": 0.5}, "ppo": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}}
 
 
+def refusal(call) -> dict | None:
+    """The status and message of a request the server refuses (None: it was taken)."""
+    try:
+        done(call())
+    except tinker.APIStatusError as exc:
+        return {"status": exc.status_code, "message": str(exc)}
+    return None
+
+
+def dimuon(service, warm: list, probe: list) -> dict:
+    """Dimuon chosen at creation and stepped with DimuonParams: a fixed batch's loss falls, its
+    state resumes exactly, and each family's model refuses the other's step."""
+    client = service.create_lora_training_client(
+        base_model=TINY, rank=4, seed=13, optimizer=types.DimuonOptimizerConfig()
+    )
+    fixed = [only(d, LOSS_INPUTS["cross_entropy"]) for d in warm]
+    params = types.DimuonParams(learning_rate=0.02, grad_clip_norm=1.0)
+    losses = []
+    for _ in range(4):
+        losses.append(done(client.forward_backward(fixed, "cross_entropy")).metrics["loss:sum"])
+        done(client.optim_step(params))
+    losses.append(done(client.forward(fixed, "cross_entropy")).metrics["loss:sum"])
+    state = done(client.save_state("dimuon-point")).path
+    resumed = service.create_training_client_from_state_with_optimizer(state)
+    after = []
+    for c in (client, resumed):
+        done(c.forward_backward(probe, "cross_entropy"))
+        done(c.optim_step(params))
+        after.append(logprobs_of(done(c.forward(probe, "cross_entropy"))))
+    adamw = service.create_lora_training_client(base_model=TINY, rank=4, seed=13)
+    done(adamw.forward_backward(fixed, "cross_entropy"))
+    # a refused request poisons tinker's client: each is its client's last
+    refused = {
+        "adam_on_dimuon": refusal(lambda: resumed.optim_step(types.AdamParams())),
+        "dimuon_on_adam": refusal(lambda: adamw.optim_step(params)),
+    }
+    return {"losses": losses, "resumed": after, "path": state, "refused": refused}
+
+
 def main(base_url: str) -> dict:
     rng = np.random.default_rng(7)
     report: dict = {"version": tinker.__version__}
@@ -192,6 +231,9 @@ def main(base_url: str) -> dict:
         done(client.optim_step(types.AdamParams(learning_rate=5e-2)))
         after.append(logprobs_of(done(client.forward(step, "cross_entropy"))))
     report["resume"] = {"path": state, "logprobs": after}
+
+    if VERSION >= (0, 38):
+        report["dimuon"] = dimuon(service, warm, step)
 
     # the REST calls
     rest = service.create_rest_client()

@@ -30,7 +30,8 @@ def run(server: FakeServer, op: Op) -> dict[str, Any]:
         return batch(model, request.forward_backward_input, backward=True)
     if op.kind == "optim_step":
         model.steps += 1
-        return {"metrics": {"learning_rate:mean": body["adam_params"]["learning_rate"]}}
+        params = body.get("adam_params") or body["optimizer_params"]
+        return {"metrics": {"learning_rate:mean": params["learning_rate"]}}
     if op.kind == "save_weights":
         return save(server, model, "weights", body["path"], body.get("overwrite", False))
     if op.kind == "save_weights_for_sampler":
@@ -65,6 +66,7 @@ def save(
             "train_mlp": lora["train_mlp"],
             "train_attn": lora["train_attn"],
             "train_unembed": lora["train_unembed"],
+            "optimizer": lora.get("optimizer", "adamw"),
         },
         "steps": model.steps,
         "merge_weights": bool(body and body.get("merge_weights")),

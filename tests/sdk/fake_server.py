@@ -307,8 +307,12 @@ class FakeServer:
         if key not in self.keys:
             model_id = f"{request.session_id}:train:{request.model_seq_id}"
             lora = request.lora_config or lw.LoraConfig(rank=32)
+            family = request.optimizer_config.type if request.optimizer_config else "adamw"
             self.models[model_id] = Model(
-                model_id, request.session_id, request.base_model, lora.model_dump()
+                model_id,
+                request.session_id,
+                request.base_model,
+                {**lora.model_dump(), "optimizer": family},
             )
             session["model_ids"].append(model_id)
         return self._future("create_model", body, key, model_id=f"{key[1]}:train:{key[2]}")

@@ -7,7 +7,15 @@ import pytest
 from fake_server import BASE_MODEL, FakeServer
 
 from loopwright import ServiceClient
-from loopwright.types import Datum, ModelInput, SamplingParams, TensorData
+from loopwright.types import (
+    AdamParams,
+    Datum,
+    DimuonOptimizerConfig,
+    DimuonParams,
+    ModelInput,
+    SamplingParams,
+    TensorData,
+)
 
 
 def test_sample_sends_the_038_fields(server: FakeServer, service: ServiceClient) -> None:
@@ -127,3 +135,47 @@ def test_stable_reinforce_is_sent_with_its_inputs(
     assert (body["loss_fn"], body["loss_fn_config"]) == ("stable_reinforce", {"kl_coeff": 0.01})
     mask = body["data"][0]["loss_fn_inputs"]["sampled_mask"]
     assert (mask["dtype"], mask["data"]) == ("float32", [0.0, 1.0, 1.0])
+    sent = len(server.calls("forward_backward"))
+    for config, says in (
+        ({"mask_high": 0.5}, "mask_high: 0.5 is not ≥ 1"),
+        ({"beta": 0.1}, "beta: not a parameter of stable_reinforce"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            client.forward_backward([datum], "stable_reinforce", config)
+    assert len(server.calls("forward_backward")) == sent  # refused before anything is sent
+
+
+def test_dimuon_is_chosen_at_creation_and_stepped_with_its_params(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    client = service.create_lora_training_client(
+        BASE_MODEL, rank=4, optimizer=DimuonOptimizerConfig()
+    )
+    create = server.calls("create_model")[-1]
+    assert create["optimizer_config"] == {"type": "dimuon", "version": 1}
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2]), loss_fn_inputs={"target_tokens": [2, 3]}
+    )
+    client.forward_backward([datum], "cross_entropy")
+    client.optim_step(DimuonParams(learning_rate=0.02, beta1=0.8)).result(timeout=10)
+    body = server.calls("optim_step")[-1]
+    assert "adam_params" not in body
+    assert body["optimizer_params"] == {
+        "type": "dimuon",
+        "learning_rate": 0.02,
+        "grad_clip_norm": 0.0,
+        "beta1": 0.8,
+    }
+    state = client.save_state("d").result(timeout=10)
+    resumed = service.create_training_client_from_state_with_optimizer(state.path)
+    assert server.models[resumed.model_id].lora["optimizer"] == "dimuon"  # the checkpoint's
+    plain = service.create_training_client_from_state(state.path)
+    assert server.models[plain.model_id].lora["optimizer"] == "adamw"
+    adam = service.create_lora_training_client(BASE_MODEL, rank=4)
+    adam.optim_step(AdamParams()).result(timeout=10)
+    assert "optimizer_params" not in server.calls("optim_step")[-1]
+    adam.optim_step(adam_params=AdamParams(learning_rate=0.5)).result(timeout=10)  # the old keyword
+    assert server.calls("optim_step")[-1]["adam_params"]["learning_rate"] == 0.5
+    with pytest.raises(ValueError, match="not both"):
+        adam.optim_step(AdamParams(), adam_params=AdamParams())
+    assert "optimizer_config" not in server.calls("create_model")[-1]

@@ -85,6 +85,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "ForwardBackwardRequest": {"forward_backward_input": FB_INPUT, "model_id": "m1", "seq_id": 2},
     "AdamParams": {"learning_rate": 0.001, "weight_decay": 0.01, "grad_clip_norm": 1.0},
     "AdamOptimizerConfig": {"type": "adamw"},
+    "DimuonOptimizerConfig": {"type": "dimuon", "version": 1},
+    "DimuonParams": {"type": "dimuon", "learning_rate": 0.01, "grad_clip_norm": 1.0, "beta1": 0.9},
     "OptimStepRequest": {"adam_params": {}, "model_id": "m1", "seq_id": 3, "type": "optim_step"},
     "OptimStepResponse": {"metrics": {"grad_norm:mean": 0.1}},
     "LoraConfig": {"rank": 16, "seed": 0, "train_unembed": False},

@@ -102,6 +102,8 @@ DEFAULT_EXCEPTIONS = {
     ("ForwardBackwardOutput", "metrics"),
     # Loopwright tells clients not to use the pyqwest transport
     ("ClientConfigResponse", "use_pyqwest_transport"),
+    # a step sends adam_params or (tinker 0.38, Dimuon) optimizer_params, one of the two
+    ("OptimStepRequest", "adam_params"),
 }
 # Loopwright's extensions: optional, with defaults, so tinker's bodies still validate.
 EXTRA_FIELDS = {
@@ -120,6 +122,8 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "next_seq_id"),
     ("GetInfoResponse", "next_sampling_session_seq_id"),
     ("GetInfoResponse", "replicas"),
+    ("GetInfoResponse", "optimizer"),
+    ("WeightsInfoResponse", "optimizer"),
     ("CreateModelRequest", "replicas"),
     # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
     ("CreateModelRequest", "optimizer_config"),
@@ -139,6 +143,7 @@ EXTRA_FIELDS = {
     # what tinker 0.25–0.38 added (driven against the server by tests/e2e with 0.38.0)
     ("CreateSessionRequest", "display_name"),
     ("LoadWeightsRequest", "optimizer_config"),
+    ("OptimStepRequest", "optimizer_params"),
     ("SaveWeightsRequest", "user_metadata"),
     ("SaveWeightsForSamplerRequest", "kind"),
     ("SaveWeightsForSamplerRequest", "user_metadata"),
@@ -192,6 +197,7 @@ def test_same_fields_defaults_and_strictness(
 def test_exceptions_are_only_relaxations_or_the_pyqwest_flag() -> None:
     assert lw.CreateSessionRequest.model_fields["user_metadata"].default is None
     assert lw.TryAgainResponse.model_fields["queue_state"].default is None
+    assert lw.OptimStepRequest.model_fields["adam_params"].default is None
     assert lw.ClientConfigResponse().use_pyqwest_transport is False
     assert tt.ClientConfigResponse.model_fields["use_pyqwest_transport"].default is True
     assert all(

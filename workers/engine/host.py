@@ -30,18 +30,18 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from loopwright.types import (
-    AdamParams,
     ForwardBackwardInput,
     ForwardBackwardOutput,
+    OptimParams,
     OptimStepResponse,
 )
 
-from . import checkpoints, memory, snapshots
+from . import checkpoints, memory, optimizer_steps, snapshots
 from .adapters import AdapterConfig, AdapterPool
 from .catalog import MaterializedModel, ModelCatalog, default_catalog
 from .errors import CheckpointError, EngineError
 from .mixed_pass import MixedPass, PassRequest
-from .optim import AdamHyper, AdamState, adamw_step
+from .optim import AdamState
 from .sampler import SampleJob, Sampler, SampleResult, TokenSink
 
 _T = TypeVar("_T")
@@ -209,23 +209,25 @@ class ModelHost:
             self.calls["forward_backward_many"] += 1
             return self.passes.run([PassRequest(m, f, backward=True) for m, f in requests])
 
-    def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
-        return _one(self.optim_step_many([(model_id, adam)]))
+    def optim_step(self, model_id: str, step: OptimParams) -> OptimStepResponse:
+        return _one(self.optim_step_many([(model_id, step)]))
 
     def optim_step_many(
-        self, requests: Sequence[tuple[str, AdamParams]]
+        self, requests: Sequence[tuple[str, OptimParams]]
     ) -> list[OptimStepResponse | Exception]:
-        """An AdamW step for each (model, params); each adapter's state is its own, and so is
-        each entry's error (one adapter's failure never stops the others' steps)."""
+        """An optimizer step for each (model, params) with the model's family (AdamW or Dimuon,
+        whose params it must be given); each adapter's state is its own, and so is each entry's
+        error (one adapter's failure never stops the others' steps)."""
         with self._operation():
             self.calls["optim_step_many"] += 1
             out: list[OptimStepResponse | Exception] = []
-            for model_id, adam in requests:
+            for model_id, step in requests:
                 try:
-                    hp = AdamHyper(**adam.model_dump(include=set(AdamHyper.__dataclass_fields__)))
-                    hp.validate()
+                    cfg = self.pool.config(model_id)
+                    hp = optimizer_steps.hyper_for(cfg.optimizer, step)
                     params = self.pool.parameters(model_id)
-                    metrics = adamw_step(params, self.pool.optimizer(model_id), hp)
+                    state = self.pool.optimizer(model_id)
+                    metrics = optimizer_steps.apply(hp, params, state, cfg.rank)
                     out.append(OptimStepResponse(metrics=metrics))
                 except Exception as exc:
                     out.append(exc)

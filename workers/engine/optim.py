@@ -2,6 +2,7 @@
 
 State is keyed by parameter name (not by tensor identity) so an adapter can be evicted, saved
 and reloaded into new tensors and continue bit-exactly. The update follows torch.optim.AdamW.
+The same state holds Dimuon's momentum (``exp_avg``, with no ``exp_avg_sq``; ``dimuon``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from .errors import InvalidInput
 
 
 def optimizer_family(config: Mapping[str, object] | None) -> str:
-    """The optimizer a model is created with, from tinker's ``optimizer_config`` (None: AdamW)."""
+    """The optimizer a model is created with, from tinker's ``optimizer_config`` (None: AdamW;
+    Dimuon is version 1)."""
     kind = "adamw" if config is None else config.get("type", "adamw")
     if kind not in SUPPORTED_OPTIMIZERS:
         raise InvalidInput("optimizer_config.type", unsupported_optimizer(kind))
+    if kind == "dimuon" and config is not None and config.get("version", 1) != 1:
+        raise InvalidInput("optimizer_config.version", "Dimuon's version is 1")
     return str(kind)
 
 
@@ -95,18 +99,24 @@ def global_grad_norm(params: Mapping[str, torch.Tensor]) -> float:
     )
 
 
+def clip_coefficient(params: Mapping[str, torch.Tensor], max_norm: float) -> tuple[float, float]:
+    """The global gradient norm and the factor that clips it to ``max_norm`` (> 0; else 1)."""
+    grad_norm = global_grad_norm(params)
+    if not math.isfinite(grad_norm):
+        raise InvalidInput("gradients", f"global gradient norm is {grad_norm}; step not applied")
+    clip_coef = 1.0
+    if max_norm > 0 and grad_norm > max_norm:
+        clip_coef = max_norm / (grad_norm + 1e-6)
+    return grad_norm, clip_coef
+
+
 @torch.no_grad()
 def adamw_step(
     params: Mapping[str, torch.nn.Parameter], state: AdamState, hp: AdamHyper
 ) -> dict[str, float]:
     """One AdamW update over every parameter that has a gradient; grads are cleared after."""
     hp.validate()
-    grad_norm = global_grad_norm(params)
-    if not math.isfinite(grad_norm):
-        raise InvalidInput("gradients", f"global gradient norm is {grad_norm}; step not applied")
-    clip_coef = 1.0
-    if hp.grad_clip_norm > 0 and grad_norm > hp.grad_clip_norm:
-        clip_coef = hp.grad_clip_norm / (grad_norm + 1e-6)
+    grad_norm, clip_coef = clip_coefficient(params, hp.grad_clip_norm)
     state.step += 1
     bias1 = 1 - hp.beta1**state.step
     bias2_sqrt = math.sqrt(1 - hp.beta2**state.step)
@@ -128,9 +138,16 @@ def adamw_step(
         denom = (v.sqrt() / bias2_sqrt).add_(hp.eps)
         p.addcdiv_(m, denom, value=-step_size)
         p.grad = None
+    return step_metrics(grad_norm, clip_coef, hp.learning_rate, state.step)
+
+
+def step_metrics(
+    grad_norm: float, clip_coef: float, learning_rate: float, step: int
+) -> dict[str, float]:
+    """What an optimizer step reports, whatever its family."""
     return {
         "grad_norm:mean": grad_norm,
         "grad_clip_coef:mean": clip_coef,
-        "learning_rate:mean": hp.learning_rate,
-        "step:max": float(state.step),
+        "learning_rate:mean": learning_rate,
+        "step:max": float(step),
     }

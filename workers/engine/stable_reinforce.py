@@ -6,7 +6,8 @@ Engine contract. ``loss_fn_inputs`` of every datum, each of the input's length N
 ``logprobs`` float32, the sampler's logprob of ``target_tokens[i]`` as recorded when it was
 sampled (read only where ``sampled_mask`` is 1); ``sampled_mask`` float32, 1.0 where
 ``target_tokens[i]`` is a sampled token and 0.0 where it is a prompt token. The service fills
-``logprobs`` and ``sampled_mask`` from its store of recorded sequences; the engine trusts them.
+``logprobs`` and ``sampled_mask`` from its store of recorded sequences, never from what a client
+sent; the engine trusts them.
 ``loss_fn_config`` (numbers): ``mask_low`` (0.5) and ``mask_high`` (5.0), the band of the
 ratio ``r = exp(p − q)`` inside which a sampled token is trained on, with
 ``0 < mask_low ≤ 1 ≤ mask_high``; ``kl_coeff`` (0.0, ≥ 0), the weight of the penalty.
@@ -22,18 +23,19 @@ the KL to the sampler). Besides ``loss:sum`` it reports ``sampled_tokens:sum``,
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
 import torch
+
+from loopwright.types import STABLE_REINFORCE_CONFIG, stable_reinforce_config_problem
 
 from .errors import InvalidInput
 
 Tensor = torch.Tensor
 
 INPUTS = ("logprobs", "advantages", "sampled_mask")
-CONFIG = {"mask_low": 0.5, "mask_high": 5.0, "kl_coeff": 0.0}
+CONFIG = STABLE_REINFORCE_CONFIG  # the wire types refuse a bad config on arrival too
 
 
 def _log_ratio(p: Tensor, inputs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -72,14 +74,9 @@ def metrics(p: Tensor, inputs: Mapping[str, Tensor], cfg: Mapping[str, float]) -
 
 
 def check_config(cfg: Mapping[str, float]) -> None:
-    limits = {
-        "mask_low": (0 < cfg["mask_low"] <= 1, "in (0, 1]"),
-        "mask_high": (1 <= cfg["mask_high"] < math.inf, "≥ 1"),
-        "kl_coeff": (cfg["kl_coeff"] >= 0, "≥ 0"),
-    }
-    for key, (ok, limit) in limits.items():
-        if not ok:
-            raise InvalidInput(f"loss_fn_config.{key}", f"{cfg[key]} is not {limit}")
+    problem = stable_reinforce_config_problem(cfg)
+    if problem is not None:
+        raise InvalidInput(f"loss_fn_config.{problem[0]}", problem[1])
 
 
 def check_datum(inputs: Mapping[str, np.ndarray], where: str) -> None:

@@ -21,6 +21,7 @@ from controlplane.operations import training
 from controlplane.registry.download_response import package_download_response
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
+from controlplane.training_sessions.services.lora import optimizer_of, with_optimizer
 from loopwright.types import (
     CreateModelRequest,
     GetInfoRequest,
@@ -64,6 +65,8 @@ def create_model(request: Request) -> Response:
     req = parse(request, CreateModelRequest)
     lora = req.lora_config.model_dump(mode="json") if req.lora_config else {"rank": 32}
     lora.pop("type", None)
+    family = req.optimizer_config.type if req.optimizer_config else "adamw"
+    lora = with_optimizer(lora, family)
     replicas = req.replicas or 1  # not sent (tinker's SDKs): one worker
     allow(
         request,
@@ -101,6 +104,7 @@ def get_info(request: Request) -> Response:
             "model_name": model.base_model,
             "state": model.state,
             "lora": model.lora,
+            "optimizer": optimizer_of(model.lora),
             "session_id": model.session_id,
             "next_seq_id": selectors.model_next_free_seq(model),
             "next_sampling_session_seq_id": selectors.session_next_free_sampler_seq(model.session),
@@ -136,6 +140,7 @@ def weights_info(request: Request) -> Response:
             "train_attn": lora.get("train_attn", True),
             "lora_alpha": lora.get("alpha"),
             "checkpoint_type": ckpt.kind,
+            "optimizer": optimizer_of(lora),
         }
     )
 

@@ -18,6 +18,7 @@ from ..errors import Conflict
 from ..models import Checkpoint, Session, TrainingModel
 from ..save_groups import save_group_arn
 from ..selectors import checkpoint_by_path
+from .lora import optimizer_of
 from .storage import storage_root
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -102,7 +103,11 @@ def save_plan(
     return plan
 
 
-def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
+def load_plan(*, tenant: Tenant, path: str, optimizer: bool, family: str | None = None):
+    """The plan of loading ``path`` into a model (with its ``optimizer`` state or not); a
+    requested optimizer ``family`` must be the model's, which the checkpoint's optimizer state
+    must be of too."""
+
     def plan(model: TrainingModel) -> dict:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=path)
         if optimizer and ckpt.kind != Checkpoint.Kind.TRAINING:
@@ -111,6 +116,7 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
                 "(saved with save_state) to resume with the optimizer",
                 field="path",
             )
+        _same_optimizer(model, ckpt, path, optimizer, family)
         if ckpt.base_model != model.base_model:
             raise DomainError(
                 f"{path} was trained on {ckpt.base_model}, this model is {model.base_model}",
@@ -127,6 +133,25 @@ def load_plan(*, tenant: Tenant, path: str, optimizer: bool):
         }
 
     return plan
+
+
+def _same_optimizer(
+    model: TrainingModel, ckpt: Checkpoint, path: str, optimizer: bool, family: str | None
+) -> None:
+    mine = optimizer_of(model.lora)
+    if family is not None and family != mine:
+        raise DomainError(
+            f"optimizer_config: this model's optimizer is {mine}, chosen when it was created; "
+            "a load cannot change it",
+            field="optimizer_config",
+        )
+    saved = optimizer_of(ckpt.lora or {})
+    if optimizer and saved != mine:
+        raise DomainError(
+            f"{path} holds {saved} optimizer state and this model's optimizer is {mine}: load "
+            "the weights without the optimizer state, or into a model made with " + saved,
+            field="path",
+        )
 
 
 def stored_fields(ckpt: Checkpoint | None) -> dict:

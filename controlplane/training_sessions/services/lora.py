@@ -8,6 +8,7 @@ import math
 
 from controlplane.errors import DomainError
 
+OPTIMIZERS = ("adamw", "dimuon")
 # The engine's limit (workers.engine.host.HostConfig.max_lora_rank): a worker refuses larger.
 MAX_LORA_RANK = 128
 MAX_SEED = 2**63 - 1
@@ -53,3 +54,18 @@ def lora_checked(lora: dict) -> dict:
             field="lora_config",
         )
     return lora
+
+
+def optimizer_of(lora: dict) -> str:
+    """The optimizer family a model was made with, kept beside its LoRA config (as the engine's
+    ``AdapterConfig`` keeps it); absent means AdamW."""
+    return str(lora.get("optimizer") or "adamw")
+
+
+def with_optimizer(lora: dict, family: str) -> dict:
+    """``lora`` recording ``family``. AdamW is not written: a config made before families
+    existed, and every AdamW request a retry must repeat, stay exactly as they were."""
+    out = {k: v for k, v in lora.items() if k != "optimizer"}
+    if family != "adamw":
+        out["optimizer"] = family
+    return out

@@ -22,11 +22,13 @@ from .futures import (
 )
 from .lora import LoraConfig
 from .losses import (
+    STABLE_REINFORCE_CONFIG,
     UNSUPPORTED_LOSSES,
     ForwardBackwardInput,
     ForwardBackwardOutput,
     LossFnOutput,
     LossFnType,
+    stable_reinforce_config_problem,
 )
 from .model_input import ModelInput
 from .models import (
@@ -42,8 +44,13 @@ from .optim import (
     SUPPORTED_OPTIMIZERS,
     AdamOptimizerConfig,
     AdamParams,
+    DimuonOptimizerConfig,
+    DimuonParams,
+    OptimizerConfig,
+    OptimParams,
     OptimStepRequest,
     OptimStepResponse,
+    params_family,
     unsupported_optimizer,
 )
 from .pagination import Cursor
@@ -110,6 +117,7 @@ from .weights import (
 
 __all__ = [
     "LOSS_INPUT_DTYPES",
+    "STABLE_REINFORCE_CONFIG",
     "SUPPORTED_OPTIMIZERS",
     "UNSUPPORTED_LOSSES",
     "AdamOptimizerConfig",
@@ -131,6 +139,8 @@ __all__ = [
     "CreateSessionResponse",
     "Cursor",
     "Datum",
+    "DimuonOptimizerConfig",
+    "DimuonParams",
     "EncodedTextChunk",
     "ErrorBody",
     "ExternalWeightsUploadFinishRequest",
@@ -162,8 +172,10 @@ __all__ = [
     "ModelData",
     "ModelInput",
     "ModelInputChunk",
+    "OptimParams",
     "OptimStepRequest",
     "OptimStepResponse",
+    "OptimizerConfig",
     "ParsedCheckpointTinkerPath",
     "PromptAltTokens",
     "PromptProvenanceSpan",
@@ -201,5 +213,7 @@ __all__ = [
     "VpcConfig",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
+    "params_family",
+    "stable_reinforce_config_problem",
     "unsupported_optimizer",
 ]

@@ -7,7 +7,7 @@ from typing import Literal
 from ._base import RequestModel, ResponseModel
 from .limits import BaseModelName, Counter, Id, Metadata, Replicas
 from .lora import LoraConfig
-from .optim import AdamOptimizerConfig
+from .optim import OptimizerConfig
 
 __all__ = [
     "CreateModelRequest",
@@ -38,9 +38,9 @@ class CreateModelRequest(RequestModel):
     lora_config: LoraConfig | None = None
     """Shape of the adapter."""
 
-    optimizer_config: AdamOptimizerConfig | None = None
-    """Optimizer family, fixed for the model's lifetime; None means AdamW, the one supported
-    (tinker's Dimuon is refused)."""
+    optimizer_config: OptimizerConfig | None = None
+    """Optimizer family, fixed for the model's lifetime: ``{"type": "adamw"}`` (None means the
+    same) or ``{"type": "dimuon", "version": 1}``."""
 
     replicas: Replicas | None = None
     """Data-parallel workers the model trains on, each holding the whole base and the adapter;
@@ -118,6 +118,9 @@ class GetInfoResponse(ResponseModel):
 
     replicas: int | None = None
     """Data-parallel workers the model trains on (Loopwright); 1: one worker."""
+
+    optimizer: str | None = None
+    """The model's optimizer family, ``adamw`` or ``dimuon`` (Loopwright)."""
 
 
 class UnloadModelRequest(RequestModel):

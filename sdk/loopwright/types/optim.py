@@ -1,15 +1,21 @@
-"""The optimizer: its choice at model creation, the hyperparameters of a step, its answer.
+"""The optimizer: its family at model creation, the hyperparameters of a step, its answer.
 
-AdamW is the one optimizer Loopwright runs. tinker's Dimuon (``{"type": "dimuon", ...}``) is
-refused with a message that names it: its update rule is not published precisely enough to
-implement.
+Two families, as in tinker 0.38: AdamW (the default; ``AdamParams`` as ``adam_params``) and
+Dimuon version 1 (``DimuonOptimizerConfig``; ``DimuonParams`` as ``optimizer_params``). The
+family is fixed for a model's lifetime: a step must send its family's hyperparameters.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import (
+    BeforeValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from ._base import RequestModel, ResponseModel
 from .limits import Id, SeqId
@@ -18,21 +24,21 @@ __all__ = [
     "SUPPORTED_OPTIMIZERS",
     "AdamOptimizerConfig",
     "AdamParams",
+    "DimuonOptimizerConfig",
+    "DimuonParams",
+    "OptimParams",
     "OptimStepRequest",
     "OptimStepResponse",
+    "OptimizerConfig",
+    "params_family",
     "unsupported_optimizer",
 ]
 
-SUPPORTED_OPTIMIZERS = ("adamw",)
+SUPPORTED_OPTIMIZERS = ("adamw", "dimuon")
 
 
 def unsupported_optimizer(kind: object) -> str:
-    """Why an optimizer family other than AdamW is refused."""
-    if kind == "dimuon":
-        return (
-            "the dimuon optimizer is not supported by this server: its update rule is not "
-            "published precisely enough to implement; use adamw (AdamParams)"
-        )
+    """Why an optimizer family is refused."""
     return f"unknown optimizer {kind!r}; supported: {', '.join(SUPPORTED_OPTIMIZERS)}"
 
 
@@ -42,13 +48,34 @@ class AdamOptimizerConfig(RequestModel):
     type: Literal["adamw"] = "adamw"
     """Optimizer family."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_other_families(cls, value: Any) -> Any:
-        kind = value.get("type", "adamw") if isinstance(value, dict) else "adamw"
+
+class DimuonOptimizerConfig(RequestModel):
+    """Selects Dimuon for a training model, fixed for its lifetime: orthogonalised momentum on
+    each LoRA matrix (docs/tinker-protocol.md, section "Dimuon")."""
+
+    type: Literal["dimuon"] = "dimuon"
+    """Optimizer family."""
+
+    version: Literal[1] = 1
+    """Version of Dimuon's update; 1 is the one there is."""
+
+
+def _family_tagged(value: Any) -> Any:
+    """A config without ``type`` is AdamW; an unknown family is refused with the ones there are."""
+    if isinstance(value, dict):
+        kind = value.get("type", "adamw")
         if kind not in SUPPORTED_OPTIMIZERS:
             raise ValueError(unsupported_optimizer(kind))
-        return value
+        return {**value, "type": kind}
+    return value
+
+
+OptimizerConfig = Annotated[
+    AdamOptimizerConfig | DimuonOptimizerConfig,
+    Field(discriminator="type"),
+    BeforeValidator(_family_tagged),
+]
+"""The optimizer family of a model, chosen when it is made."""
 
 
 class AdamParams(RequestModel):
@@ -73,11 +100,51 @@ class AdamParams(RequestModel):
     """Clip the global gradient norm to this value; 0 turns clipping off: 0 to 1e9."""
 
 
-class OptimStepRequest(RequestModel):
-    """Apply the accumulated gradients of a model and clear them."""
+class DimuonParams(RequestModel):
+    """Hyperparameters of one Dimuon step (tinker 0.38's ``DimuonParams``)."""
 
-    adam_params: AdamParams
-    """Hyperparameters of this step."""
+    type: Literal["dimuon"] = "dimuon"
+    """Optimizer family of this step."""
+
+    learning_rate: Annotated[float, Field(ge=0, le=10)]
+    """Step size, applied to a direction of Frobenius norm sqrt(rank) on every LoRA matrix:
+    0 to 10."""
+
+    grad_clip_norm: Annotated[float, Field(ge=-1e9, le=1e9)] = 0.0
+    """Clip the global gradient norm to this value; 0 or below turns clipping off."""
+
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    """Decay rate of the momentum (a running mean of gradients): 0 to below 1."""
+
+
+OptimParams = AdamParams | DimuonParams
+"""One step's hyperparameters, of the model's optimizer family."""
+
+
+def params_family(params: OptimParams) -> str:
+    """The optimizer family a step's hyperparameters are for."""
+    return "adamw" if isinstance(params, AdamParams) else params.type
+
+
+def _dimuon_tagged(value: Any) -> Any:
+    kind = value.get("type", "dimuon") if isinstance(value, dict) else None
+    if kind == "adamw":
+        raise ValueError("AdamW's hyperparameters go in adam_params (AdamParams)")
+    if isinstance(value, dict) and kind not in SUPPORTED_OPTIMIZERS:
+        raise ValueError(unsupported_optimizer(kind))
+    return value
+
+
+class OptimStepRequest(RequestModel):
+    """Apply the accumulated gradients of a model and clear them, with the hyperparameters of
+    its optimizer family: ``adam_params`` for AdamW, ``optimizer_params`` for Dimuon (as tinker
+    sends them)."""
+
+    adam_params: AdamParams | None = None
+    """Hyperparameters of an AdamW step."""
+
+    optimizer_params: Annotated[DimuonParams, BeforeValidator(_dimuon_tagged)] | None = None
+    """Hyperparameters of a step of another family (Dimuon)."""
 
     model_id: Id
     """The training model to update."""
@@ -88,15 +155,27 @@ class OptimStepRequest(RequestModel):
     type: Literal["optim_step"] = "optim_step"
     """Request kind tag."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_other_families(cls, value: Any) -> Any:
-        # tinker sends non-Adam hyperparameters as optimizer_params instead of adam_params.
-        if isinstance(value, dict) and "optimizer_params" in value:
-            params = value["optimizer_params"]
-            kind = params.get("type") if isinstance(params, dict) else params
-            raise ValueError(f"optimizer_params: {unsupported_optimizer(kind)}")
-        return value
+    @model_validator(mode="after")
+    def _one_family(self) -> OptimStepRequest:
+        if (self.adam_params is None) == (self.optimizer_params is None):
+            raise ValueError(
+                "give adam_params (AdamW) or optimizer_params (Dimuon): exactly one of them"
+            )
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_the_other(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # the family not sent is not written: an AdamW step's body is what it always was
+        data = handler(self)
+        for key in ("adam_params", "optimizer_params"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+    @property
+    def params(self) -> OptimParams:
+        """This step's hyperparameters, whichever family they are for."""
+        return self.adam_params if self.adam_params is not None else self.optimizer_params  # type: ignore[return-value]
 
 
 class OptimStepResponse(ResponseModel):

@@ -19,7 +19,7 @@ from .limits import (
     TinkerPath,
     TtlSeconds,
 )
-from .optim import AdamOptimizerConfig
+from .optim import OptimizerConfig
 
 __all__ = [
     "CopyWeightsRequest",
@@ -179,8 +179,9 @@ class LoadWeightsRequest(RequestModel):
     optimizer: bool
     """Whether to restore the optimizer state too."""
 
-    optimizer_config: AdamOptimizerConfig | None = None
-    """The optimizer of a model created by this load; None means AdamW, the one supported."""
+    optimizer_config: OptimizerConfig | None = None
+    """The optimizer family of a model created by this load without its optimizer state (None:
+    AdamW); with the state, the checkpoint's family, which this may only repeat."""
 
     weights_access_token: Annotated[str, Field(max_length=4096)] | None = None
     """Access token for a checkpoint owned by another account."""
@@ -229,6 +230,10 @@ class WeightsInfoResponse(ResponseModel):
 
     train_attn: bool | None = None
     """Whether the attention layers have adapters."""
+
+    optimizer: str | None = None
+    """The optimizer family of the model it was saved from, ``adamw`` or ``dimuon``
+    (Loopwright); its optimizer state loads only into a model of that family."""
 
 
 class CopyWeightsRequest(RequestModel):

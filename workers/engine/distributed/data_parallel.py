@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from loopwright.types import (
-    AdamParams,
     ForwardBackwardInput,
     ForwardBackwardOutput,
+    OptimParams,
     OptimStepResponse,
 )
 
@@ -105,8 +105,9 @@ class DataParallel:
     def forward(self, model_id: str | None, fwd: ForwardBackwardInput) -> ForwardBackwardOutput:
         return self._pass(model_id, fwd, backward=False)
 
-    def optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse:
-        """The same AdamW step on every rank's identical gradients: identical weights after."""
+    def optim_step(self, model_id: str, adam: OptimParams) -> OptimStepResponse:
+        """The same optimizer step on every rank's identical gradients: identical weights
+        after."""
         return self._send("optim_step", model_id=model_id, adam=adam)
 
     def sample(self, model_id: str | None, jobs: Sequence[SampleJob]) -> list[SampleResult]:
@@ -266,7 +267,7 @@ class DataParallel:
         parts = self.group.gather((indices, out))
         return None if parts is None else _merge(parts, n)
 
-    def _run_optim_step(self, model_id: str, adam: AdamParams) -> OptimStepResponse | None:
+    def _run_optim_step(self, model_id: str, adam: OptimParams) -> OptimStepResponse | None:
         out, error = self._attempt(self.host.optim_step, model_id, adam)
         self._agree(error)
         return out

@@ -58,8 +58,9 @@ def restore_gradients(
 
 
 def broadcast_adapter(host: ModelHost, group: RankGroup, model_id: str) -> None:
-    """Rank 0's adapter (config, weights, AdamW state, pending gradients) on every rank;
-    a follower (re)creates the adapter when it lacks it or its config differs."""
+    """Rank 0's adapter (config, weights, optimizer state, pending gradients) on every rank;
+    a follower (re)creates the adapter when it lacks it or its config differs. The optimizer's
+    second moments are absent under Dimuon (its state is the momentum alone)."""
     header = None
     if group.is_coordinator:
         params = host.pool.parameters(model_id)
@@ -68,9 +69,10 @@ def broadcast_adapter(host: ModelHost, group: RankGroup, model_id: str) -> None:
             host.pool.config(model_id),
             state.step,
             sorted(state.exp_avg),
+            sorted(state.exp_avg_sq),
             sorted(n for n, p in params.items() if p.grad is not None),
         )
-    config, step, moment_names, grad_names = group.broadcast(header)
+    config, step, moment_names, square_names, grad_names = group.broadcast(header)
     if not group.is_coordinator:
         if model_id in host.pool and host.pool.config(model_id) != config:
             host.remove_adapter(model_id)
@@ -81,7 +83,7 @@ def broadcast_adapter(host: ModelHost, group: RankGroup, model_id: str) -> None:
     shapes = (
         [("w", n) for n in names]
         + [("m", n) for n in moment_names]
-        + [("v", n) for n in moment_names]
+        + [("v", n) for n in square_names]
         + [("g", n) for n in grad_names]
     )
     numel = [params[n].numel() for _, n in shapes]
@@ -113,14 +115,14 @@ def broadcast_adapter(host: ModelHost, group: RankGroup, model_id: str) -> None:
         AdamState(
             step,
             {n: tensor("m", n) for n in moment_names},
-            {n: tensor("v", n) for n in moment_names},
+            {n: tensor("v", n) for n in square_names},
         ),
     )
 
 
 def state_digest(host: ModelHost, model_id: str) -> str:
-    """sha256 of the adapter's weights, AdamW moments and step, and pending gradients, bit for
-    bit."""
+    """sha256 of the adapter's weights, optimizer moments and step, and pending gradients, bit
+    for bit."""
     digest = hashlib.sha256()
     params = host.pool.parameters(model_id)
     state = host.pool.optimizer(model_id)
