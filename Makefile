@@ -11,14 +11,15 @@ export PYTHONPATH := $(CURDIR)
 # A second client environment: the current official tinker SDK (the protobuf protocol) and its
 # cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
 # torch there is the same local 2.13.0 build; the cookbook comes without its dependencies and
-# gets only what its RL recipe imports (its own list pulls gigabytes of extras).
+# gets only what its RL recipes import (its own list pulls gigabytes of extras, and 0.6.1 asks
+# for a tml-renderers release the index does not have; its role_colon renderer needs none).
 TINKER_VENV ?= .venv-tinker038
 COOKBOOK_DEPS := chz termcolor tml-renderers cloudpickle pillow datasets blobfile sympy \
 	pylatexenc math-verify
 $(TINKER_VENV)/.installed: Makefile
 	test -x $(TINKER_VENV)/bin/python || $(PY) -m venv $(TINKER_VENV)
 	$(TINKER_VENV)/bin/python -m pip install -q tinker==0.38.0 torch==2.13.0 $(COOKBOOK_DEPS)
-	$(TINKER_VENV)/bin/python -m pip install -q --no-deps tinker-cookbook==0.5.8
+	$(TINKER_VENV)/bin/python -m pip install -q --no-deps tinker-cookbook==0.6.1
 	touch $@
 
 tinker-venv: $(TINKER_VENV)/.installed ## the tinker 0.38.0 client environment for the tests
@@ -127,6 +128,10 @@ bench-load: setup ## many sessions at once through a whole stack: ops/s, p50/p99
 
 bench-soak: setup ## 20 minutes of sessions coming and going; every process's memory must stay flat
 	$(BIN)/python -m bench.soak_bench --minutes 20
+
+.PHONY: bench-recorded
+bench-recorded: setup ## sampling with record_stability_info vs without through a stack (≥ 0.95×), stored bytes per 1,000 sampled tokens; ARGS="--quick" for the tiny model
+	$(BIN)/python -m bench.recorded_bench $(ARGS)
 
 bench-wire: setup ## one forward_backward (64 x 2,048 tokens) as JSON vs zstd protobuf: bytes, encode + decode
 	DJANGO_SETTINGS_MODULE=controlplane.settings $(BIN)/python -m bench.wire_bench

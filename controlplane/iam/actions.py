@@ -57,6 +57,11 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
             "Make time-limited download links to a checkpoint's files",
         ),
         ("CopyCheckpoint", "checkpoint", "Copy a checkpoint into a session or the account"),
+        (
+            "UploadExternalWeights",
+            "checkpoint",
+            "Upload weights trained elsewhere as a sampler checkpoint of the account",
+        ),
         ("ListBaseModels", "*", "List the base models that can be trained"),
         ("CreateChatCompletion", "checkpoint", "Chat completion on a checkpoint's sampler weights"),
     ],

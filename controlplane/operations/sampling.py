@@ -29,6 +29,7 @@ from controlplane.training_sessions.selectors import (
 )
 from controlplane.training_sessions.services import placement, vocabulary
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
+from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
 
 from .admission import create_op, digest, existing_or_conflict, require_open, require_ready
@@ -228,6 +229,8 @@ def sample_submit(
         field="sampling_params.logit_bias",
     )
     token_budget_check(tenant=tenant)
+    if payload.get("record_stability_info"):
+        recordings_quota_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(
         tenant=tenant,

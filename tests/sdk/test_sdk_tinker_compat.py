@@ -107,6 +107,13 @@ DEFAULT_EXCEPTIONS = {
 }
 # Loopwright's extensions: optional, with defaults, so tinker's bodies still validate.
 EXTRA_FIELDS = {
+    # tinker 0.38's provenance (Datum.with_provenance) and sequence ids, which 0.24.1 lacks
+    ("Datum", "model_input_spans"),
+    ("Datum", "loss_fn_input_spans"),
+    ("SampledSequence", "sequence_id"),
+    ("SupportedModel", "trainable"),
+    ("SupportedModel", "sampleable"),
+    ("Checkpoint", "base_model"),  # tinker 0.39
     ("TryAgainResponse", "queue_state_reason"),
     ("LoraConfig", "alpha"),
     ("CreateSamplingSessionRequest", "model_id"),

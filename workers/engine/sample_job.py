@@ -55,6 +55,8 @@ class SampleJob:
     prompt_logprobs_last_n: int | None = None  # score only the last n prompt tokens
     target_prompt_logprobs: TensorData | None = None  # int64 [len(prompt) - 1, K], -1: none
     prompt_alt_tokens_k: int = 0  # draws at every prompt position after the first
+    # the control plane records the sequences (their tokens and logprobs, which every result
+    # carries) when the operation completes: nothing changes here
     record_stability_info: bool = False
     controls: Controls = field(default_factory=Controls)  # processors, structure, logprobs law
 
@@ -208,12 +210,6 @@ def _check_reports(job: SampleJob, vocab_size: int, context_length: int, where: 
         )
     if job.target_prompt_logprobs is not None:
         _check_target(job.target_prompt_logprobs, n, vocab_size, budget, where)
-    if job.record_stability_info:
-        raise InvalidInput(
-            f"{where}record_stability_info",
-            "is not supported: this server records no stability information "
-            "(StableReinforce is not available)",
-        )
 
 
 def _check_target(td: TensorData, n: int, vocab_size: int, budget: int, where: str) -> None:

@@ -76,12 +76,6 @@ def _check(body: dict) -> None:
     target = body.get("target_prompt_logprobs")
     if target is not None:
         _check_target(target, scored)
-    if body.get("record_stability_info") not in (None, False):
-        raise OptionError(
-            "record_stability_info: stability records (for the stable_reinforce loss) are not "
-            "kept here",
-            field="record_stability_info",
-        )
 
 
 def _check_target(value: Any, scored: int | None) -> None:

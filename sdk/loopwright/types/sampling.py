@@ -161,8 +161,10 @@ class SampleRequest(RequestModel):
     between 1 and len(prompt) - 1; also applies to topk_prompt_logprobs."""
 
     record_stability_info: bool | None = None
-    """Record stability information for StableReinforce; Loopwright refuses ``true`` (it
-    records none)."""
+    """Record every returned sequence (its prompt, sampled tokens and their logprobs) so that
+    training requests can cite it by ``sequence_id`` in their provenance spans (the
+    ``stable_reinforce`` loss needs it); a recorded sequence stays citable by this session for a
+    day after its last use."""
 
     type: Literal["sample"] = "sample"
     """Request kind tag."""
@@ -198,6 +200,10 @@ class SampledSequence(ResponseModel):
     topk_logprobs: list[TopK | None] | None = None
     """Per generated token, the most likely tokens under the law of ``logprobs``, if
     ``topk_sample_logprobs`` (or ``topk_logprobs``) asked for them."""
+
+    sequence_id: str | None = None
+    """The sequence's id (``<request_id>:<i>``), unique in the account; a training request of the
+    same session cites a recorded sequence by it (``Datum.with_provenance``)."""
 
 
 class PromptAltTokens(ResponseModel):
