@@ -43,7 +43,12 @@ def sampler_create(
     base_model: str | None,
     model_path: str | None,
     model_id: str | None,
+    queue: bool = False,
 ) -> SamplingSession:
+    """Open a sampler on a live model, saved sampler weights or a base model. When no live
+    worker reaches the session's network, ``queue``: it waits in the placement queue (its
+    samples with it) until one does; else that is refused (503, for a caller that cannot wait).
+    Without any live worker of its base model it waits either way, as after a worker is lost."""
     session = session_get(tenant=tenant, session_id=session_id)
     if seq is not None:
         existing = SamplingSession.objects.filter(
@@ -66,7 +71,7 @@ def sampler_create(
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
         opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
-        worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
+        worker = _sampler_worker(ckpt.base_model, network, queue, prefer=ckpt.model.worker)
         fields.update(
             base_model=ckpt.base_model,
             model_path=ckpt.tinker_path,  # a model package ARN is stored as what it names
@@ -74,7 +79,7 @@ def sampler_create(
             worker=worker,
         )
     elif base_model:
-        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network))
+        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network, queue))
     else:
         raise DomainError("give base_model, model_path or model_id", field="base_model")
     session_touch(session)
@@ -143,10 +148,10 @@ def sampler_seq_free(session: Session, seq: int) -> None:
     _sampler_seq_unreserved(session, seq)
 
 
-def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | None:
+def _sampler_worker(base_model: str, network: Network, queue: bool, prefer=None) -> Worker | None:
     """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one; None
-    while no worker is live for a base model one has served (its requests wait, as after a
-    worker is lost)."""
+    while no worker is live for a base model one has served, or (``queue``) none reaches the
+    network: the sampler waits in the placement queue, its requests with it."""
     from controlplane.fleet.services import live_workers
 
     serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
@@ -161,7 +166,7 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
         return takes[0]
     if workers:  # none holds the base whole: a sharded group (formed now if need be), or wait
         return placement.sharded_home(base_model, network, workers)
-    if serving:
+    if serving and not queue:
         raise Unavailable(
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
             field="base_model",

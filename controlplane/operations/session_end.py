@@ -12,6 +12,7 @@ from django.utils import timezone
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Session, TrainingModel
 from controlplane.training_sessions.selectors import session_get
+from controlplane.training_sessions.services import placement
 
 from .training import model_unload
 
@@ -31,6 +32,7 @@ def session_stop(
     )
     for model in live:
         model_unload(tenant=tenant, model=model, ending=True)
+    placement.samplers_end_waiting(session)  # it leaves the queue with them
     ending_models = session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
     session.state = (
         Session.State.STOPPING

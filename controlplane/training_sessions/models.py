@@ -95,7 +95,12 @@ class TrainingModel(models.Model):
     )
     placement = models.CharField(max_length=32, choices=Placement.choices, default=Placement.PLACED)
     status_reason = models.TextField(blank=True)  # why it waits, for people
+    # When it last joined the placement queue (services/queue.py owns these three fields)
+    queued_at = models.DateTimeField(null=True, blank=True)
     placed_at = models.DateTimeField(null=True, blank=True)
+    # When it stopped holding a slot for good (unloaded, or failed): from placed_at to here is
+    # what the queue's start estimates learn from
+    ended_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
     next_seq = models.IntegerField(default=0)
     # Where a new worker starts from if this one is lost: the state after operation ``seq``
@@ -112,7 +117,10 @@ class TrainingModel(models.Model):
                 fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"
             ),
         ]
-        indexes = [models.Index(fields=["placement", "created_at"], name="model_placement_idx")]
+        indexes = [
+            models.Index(fields=["placement", "created_at"], name="model_placement_idx"),
+            models.Index(fields=["base_model", "-ended_at"], name="model_ended_idx"),
+        ]
 
     def save(self, *args, **kwargs) -> None:
         if not self.id:

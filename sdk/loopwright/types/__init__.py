@@ -54,6 +54,7 @@ from .optim import (
     unsupported_optimizer,
 )
 from .pagination import Cursor
+from .queue import QueueStatus, WaitsFor
 from .sampling import (
     PromptAltTokens,
     SampledSequence,
@@ -163,6 +164,7 @@ __all__ = [
     "ParsedCheckpointTinkerPath",
     "PromptAltTokens",
     "QueueState",
+    "QueueStatus",
     "RequestErrorCategory",
     "RequestFailedResponse",
     "SampleRequest",
@@ -191,6 +193,7 @@ __all__ = [
     "UnloadModelResponse",
     "UntypedAPIFuture",
     "VpcConfig",
+    "WaitsFor",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
     "params_family",

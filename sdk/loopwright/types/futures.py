@@ -6,6 +6,7 @@ from typing import Literal
 
 from ._base import RequestModel, ResponseModel
 from .limits import Id
+from .queue import QueueStatus
 
 __all__ = [
     "FutureRetrieveRequest",
@@ -59,6 +60,10 @@ class TryAgainResponse(ResponseModel):
 
     queue_state_reason: str | None = None
     """A human-readable explanation of queue_state."""
+
+    queue: QueueStatus | None = None
+    """Where its model or sampler stands in the placement queue while no worker can take it
+    (Loopwright); None while it is not queued."""
 
 
 class RequestFailedResponse(ResponseModel):

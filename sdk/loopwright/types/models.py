@@ -8,6 +8,7 @@ from ._base import RequestModel, ResponseModel
 from .limits import BaseModelName, Counter, Id, Metadata, Replicas
 from .lora import LoraConfig
 from .optim import OptimizerConfig
+from .queue import QueueStatus
 
 __all__ = [
     "CreateModelRequest",
@@ -121,6 +122,16 @@ class GetInfoResponse(ResponseModel):
 
     optimizer: str | None = None
     """The model's optimizer family, ``adamw`` or ``dimuon`` (Loopwright)."""
+
+    placement: str | None = None
+    """"placed", or why it waits for a worker ("waiting_for_capacity", "waiting_for_worker",
+    "waiting_for_network") (Loopwright)."""
+
+    status_reason: str | None = None
+    """Why it waits, for people; empty once placed (Loopwright)."""
+
+    queue: QueueStatus | None = None
+    """Its place in the placement queue while it waits (Loopwright)."""
 
 
 class UnloadModelRequest(RequestModel):
