@@ -14,9 +14,7 @@ from controlplane.fleet.services import Network, live_workers
 from loopwright.types import QueueStatus
 
 from .models import Operation, SamplingSession, Session, TrainingModel
-from .services.queue import queue_key, queue_order, waiting
-
-HISTORY = 50  # the most recent ended models of a base model its hold time is learned from
+from .services.queue import hold_seconds, queue_key, queue_order, waiting
 
 NO_ESTIMATE = {
     "worker": "no estimate: it waits for a worker of its base model to start",
@@ -68,22 +66,6 @@ def model_queue_status(model: TrainingModel, *, now: datetime | None = None) -> 
     )
 
 
-def hold_seconds(base_model: str) -> tuple[float, int] | None:
-    """The mean seconds the last ``HISTORY`` ended models of ``base_model`` held their slot
-    (from placement to their end) and how many there were; None before any ended."""
-    spans = list(
-        TrainingModel.objects.filter(
-            base_model=base_model, ended_at__isnull=False, placed_at__isnull=False
-        )
-        .order_by("-ended_at")
-        .values_list("placed_at", "ended_at")[:HISTORY]
-    )
-    if not spans:
-        return None
-    total = sum(max((end - start).total_seconds(), 0.0) for start, end in spans)
-    return total / len(spans), len(spans)
-
-
 def start_estimate(
     base_model: str, network: Network, position: int, now: datetime
 ) -> tuple[datetime | None, str]:
@@ -107,9 +89,10 @@ def start_estimate(
     for _ in range(position):
         start = heapq.heappop(frees)
         heapq.heappush(frees, start + timedelta(seconds=hold))
+    slots = "1 slot" if len(frees) == 1 else f"{len(frees)} slots"
     basis = (
-        f"the last {count} models of {base_model} held a slot {hold:.0f} s on average; "
-        f"{len(frees)} slots on the workers it may use"
+        f"models of {base_model} held a slot {hold:.0f} s on average (the last {count} that "
+        f"ended); {slots} on the workers it may use"
     )
     return max(start, now), basis
 

@@ -1,7 +1,8 @@
 """The placement queue: a training model no worker can take now waits here instead of failing.
 Its order: first in, first out within a tenant; across tenants the next slot of a base model goes
-to the tenant that holds the fewest of its slots now (ties: whose waiting model came first), so
-no tenant's backlog delays another's first model and tenants that all wait share the slot time.
+to the tenant with the least slot time of it: what its models held over the last hour, plus what
+the slots it holds now are likely to take still (a mean hold each). So no tenant's backlog delays
+another's first model (that one has had none), and tenants that all wait share the slot time.
 
 This module alone writes a model's waiting state (``placement``, ``status_reason``,
 ``queued_at``, and ``placed_at`` when it leaves for a worker); placement asks it for the order
@@ -15,15 +16,18 @@ import heapq
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Network
 
 from ..models import TrainingModel
+
+USAGE_WINDOW = timedelta(hours=1)  # the slot time the order counts
+HISTORY = 50  # the most recent ended models of a base model its mean hold is learned from
 
 
 @dataclass(frozen=True)
@@ -35,23 +39,35 @@ class Entry:
     created_at: datetime
 
 
-def fair_order(entries: Iterable[Entry], held: Mapping[int, int]) -> list[Entry]:
+def fair_order(
+    entries: Iterable[Entry],
+    held: Mapping[int, int],
+    used: Mapping[int, float] | None = None,
+    hold: float = 0.0,
+) -> list[Entry]:
     """``entries`` in the order the queue serves them, given the slots each tenant holds now
-    (``held``, by tenant id): each next one is the oldest waiting model of the tenant that would
-    hold the fewest slots by then (ties: the oldest such model). A model keeps its place by its
-    creation, so one that lost its worker comes back ahead of its tenant's younger ones."""
+    (``held``), the slot seconds it had lately (``used``), by tenant id, and the seconds a model
+    is likely to hold a slot (``hold``): each next one is the oldest waiting model of the tenant
+    whose slot time (``used``, plus ``hold`` for each slot it holds or takes by then) is least
+    (ties: fewer slots, then the oldest model). A model keeps its place by its creation, so one
+    that lost its worker comes back ahead of its tenant's younger ones."""
+    used = used or {}
     mine: dict[int, deque[Entry]] = defaultdict(deque)
     for entry in sorted(entries, key=lambda e: (e.created_at, e.id)):
         mine[entry.tenant_id].append(entry)
-    heads = [(held.get(t, 0), q[0].created_at, q[0].id, t) for t, q in mine.items()]
+
+    def head(tenant: int, slots: int) -> tuple:
+        first = mine[tenant][0]
+        return (used.get(tenant, 0.0) + slots * hold, slots, first.created_at, first.id, tenant)
+
+    heads = [head(t, held.get(t, 0)) for t in mine]
     heapq.heapify(heads)
     order: list[Entry] = []
     while heads:
-        holds, _, _, tenant = heapq.heappop(heads)
-        queue = mine[tenant]
-        order.append(queue.popleft())
-        if queue:
-            heapq.heappush(heads, (holds + 1, queue[0].created_at, queue[0].id, tenant))
+        _, slots, _, _, tenant = heapq.heappop(heads)
+        order.append(mine[tenant].popleft())
+        if mine[tenant]:
+            heapq.heappush(heads, head(tenant, slots + 1))
     return order
 
 
@@ -68,6 +84,25 @@ def held_slots(base_model: str) -> dict[int, int]:
     )
 
 
+def slot_seconds(base_model: str, now: datetime | None = None) -> dict[int, float]:
+    """The slot seconds of ``base_model`` each tenant's models held in the last
+    ``USAGE_WINDOW`` (from their placement to their end, or now)."""
+    now = now or timezone.now()
+    since = now - USAGE_WINDOW
+    used: dict[int, float] = defaultdict(float)
+    for tenant_id, placed_at, ended_at in (
+        TrainingModel.objects.filter(base_model=base_model, placed_at__isnull=False)
+        .filter(
+            Q(ended_at__gte=since)
+            | Q(ended_at__isnull=True, worker__isnull=False, state__in=TrainingModel.LIVE_STATES)
+        )
+        .values_list("tenant_id", "placed_at", "ended_at")
+    ):
+        span = (min(ended_at or now, now) - max(placed_at, since)).total_seconds()
+        used[tenant_id] += max(span, 0.0)
+    return dict(used)
+
+
 def waiting(base_model: str | None = None):
     """The models in the queue (of ``base_model``, or all)."""
     found = TrainingModel.objects.filter(placement__in=TrainingModel.WAITING, worker__isnull=True)
@@ -77,7 +112,32 @@ def waiting(base_model: str | None = None):
 def queue_order(base_model: str) -> list[Entry]:
     """The models waiting for ``base_model`` in the order the queue serves them."""
     rows = waiting(base_model).values_list("id", "tenant_id", "created_at")
-    return fair_order([Entry(*row) for row in rows], held_slots(base_model))
+    entries = [Entry(*row) for row in rows]
+    if not entries:
+        return []
+    learned = hold_seconds(base_model)
+    return fair_order(
+        entries,
+        held_slots(base_model),
+        slot_seconds(base_model),
+        learned[0] if learned else 0.0,
+    )
+
+
+def hold_seconds(base_model: str) -> tuple[float, int] | None:
+    """The mean seconds the last ``HISTORY`` ended models of ``base_model`` held their slot
+    (from placement to their end) and how many there were; None before any ended."""
+    spans = list(
+        TrainingModel.objects.filter(
+            base_model=base_model, ended_at__isnull=False, placed_at__isnull=False
+        )
+        .order_by("-ended_at")
+        .values_list("placed_at", "ended_at")[:HISTORY]
+    )
+    if not spans:
+        return None
+    total = sum(max((end - start).total_seconds(), 0.0) for start, end in spans)
+    return total / len(spans), len(spans)
 
 
 def in_order(base_model: str | None = None) -> list[str]:
