@@ -32,6 +32,7 @@ logger = logging.getLogger("loopwright")
 __all__ = [
     "APIFuture",
     "CombinedAPIFuture",
+    "OnWait",
     "Submitted",
     "await_future",
     "poll_future",
@@ -276,29 +277,41 @@ def _handle(data: Any, path: str) -> UntypedAPIFuture:
     return _parse(UntypedAPIFuture.model_validate, data, path)
 
 
-async def await_future(http: HTTPClient, sent: Submitted, parse: Callable[[Any], T]) -> T:
+OnWait = Callable[[dict[str, Any]], None]
+"""Told every pending answer of a future (its ``try_again`` body: queue_state, its reason and,
+while its model or sampler waits for a worker, its place in the placement queue); the runtime
+also tells it an empty body once the future has settled."""
+
+
+async def await_future(
+    http: HTTPClient, sent: Submitted, parse: Callable[[Any], T], on_wait: OnWait | None = None
+) -> T:
     """The operation's result: from its streamed answer when it came with one, else polled."""
     data = await sent.outcome()
     if data is None or (isinstance(data, dict) and data.get("type") == "try_again"):
-        return await poll_future(http, sent.request_id, parse)
+        if on_wait is not None and isinstance(data, dict):
+            on_wait(data)
+        return await poll_future(http, sent.request_id, parse, on_wait)
     settled = _settle(data, sent.request_id, parse)
     return settled
 
 
-def _queue_reason(response: Any) -> str | None:
+def _pending_body(response: Any) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        return None
-    reason = body.get("queue_state_reason") if isinstance(body, dict) else None
-    return reason if isinstance(reason, str) else None
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
-async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], T]) -> T:
+async def poll_future(
+    http: HTTPClient, request_id: str, parse: Callable[[Any], T], on_wait: OnWait | None = None
+) -> T:
     """Long-poll retrieve_future until the operation is done; raise RequestFailedError if it failed.
 
     Pending is an HTTP 408 or a 200 ``{"type": "try_again"}``; the server holds each poll up to
     ~30 s, and a pending answer that comes back at once is followed by a short, growing pause.
+    ``on_wait`` hears each pending answer.
     """
     pause = POLL_BACKOFF_START
     told = None
@@ -316,8 +329,12 @@ async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], 
         if response.status_code == 408 or (
             isinstance(data, dict) and data.get("type") == "try_again"
         ):
-            reason = _queue_reason(response)
-            if reason and reason != told:  # e.g. its model waits for a worker, and why
+            pending = _pending_body(response)
+            reason = pending.get("queue_state_reason")
+            if on_wait is not None:
+                on_wait(pending)
+            # why it is held, once (a place in the placement queue is on_wait's to show)
+            if isinstance(reason, str) and reason != told and not pending.get("queue"):
                 logger.warning("request %s is held: %s", request_id, reason)
                 told = reason
             if time.monotonic() - started < 1.0:

@@ -116,6 +116,13 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "next_sampling_session_seq_id"),
     ("GetInfoResponse", "replicas"),
     ("GetInfoResponse", "optimizer"),
+    # the placement queue: where a waiting model or sampler stands
+    ("GetInfoResponse", "placement"),
+    ("GetInfoResponse", "status_reason"),
+    ("GetInfoResponse", "queue"),
+    ("TryAgainResponse", "queue"),
+    ("CreateSamplingSessionResponse", "queue"),
+    ("GetSamplerResponse", "queue"),
     ("WeightsInfoResponse", "optimizer"),
     ("CreateModelRequest", "replicas"),
     # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
