@@ -26,7 +26,10 @@ from rest_framework.response import Response
 from controlplane.iam.resources import session_arn
 from controlplane.operations import notices
 from controlplane.training_sessions.models import Operation
-from controlplane.training_sessions.queue_status import operation_queue_state
+from controlplane.training_sessions.queue_status import (
+    operation_queue_state,
+    operation_queue_status,
+)
 from loopwright.types import QueueStatus, UntypedAPIFuture
 
 from .negotiation import accepts_json
@@ -43,6 +46,9 @@ def handle_body(op: Operation, model_id: str | None = None) -> dict:
     )
     if op.kind == Operation.Kind.SAMPLE:
         body["sample_sequence_ids"] = sample_sequence_ids(op)
+    waits = op.kind == Operation.Kind.CREATE_MODEL and op.status == Operation.Status.PENDING
+    if waits and (queued := operation_queue_status(op)) is not None:
+        body["queue"] = queue_json(queued)  # no worker can take it now: its place in line
     return body
 
 

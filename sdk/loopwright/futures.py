@@ -162,8 +162,10 @@ class Submitted:
         response: Any = None,
         lines: Any = None,
         release: Callable[[], None] | None = None,
+        queue: dict[str, Any] | None = None,
     ) -> None:
         self.request_id = request_id
+        self.queue = queue  # its place in the placement queue, as the handle said
         self._response = response
         self._lines = lines
         self._release = release
@@ -234,7 +236,7 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
         )
         if response.headers.get("content-type", "").split(";")[0].strip() != _NDJSON:
             await response.aread()  # a server that answers with the handle alone
-            return Submitted(_handle(_json(response.content, path), path).request_id)
+            return _submitted(_handle(_json(response.content, path), path))
         lines = response.aiter_lines()
         try:
             first = await anext(lines, None)
@@ -244,11 +246,13 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
             # The handle never came: send it again the plain way, retried as any request is
             # (the server answers a retry with the same operation: seq_ids make it idempotent).
             return await _send_plain(http, path, body)
+        handle = _handle(_json(first, path), path)
         sent = Submitted(
-            _handle(_json(first, path), path).request_id,
+            handle.request_id,
             response,
             lines,
             http.release_inline_wait,
+            handle.queue.model_dump(mode="json") if handle.queue else None,
         )
         handed_over = True
         return sent
@@ -263,7 +267,12 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
 
 async def _send_plain(http: HTTPClient, path: str, body: Any) -> Submitted:
     response = await http.arequest("POST", path, body=body)
-    return Submitted(_handle(_json(response.content, path), path).request_id)
+    return _submitted(_handle(_json(response.content, path), path))
+
+
+def _submitted(handle: UntypedAPIFuture) -> Submitted:
+    queue = handle.queue.model_dump(mode="json") if handle.queue else None
+    return Submitted(handle.request_id, queue=queue)
 
 
 def _json(text: str | bytes, path: str) -> Any:
@@ -287,6 +296,8 @@ async def await_future(
     http: HTTPClient, sent: Submitted, parse: Callable[[Any], T], on_wait: OnWait | None = None
 ) -> T:
     """The operation's result: from its streamed answer when it came with one, else polled."""
+    if on_wait is not None and sent.queue is not None:  # queued from the start
+        on_wait({"queue": sent.queue})
     data = await sent.outcome()
     if data is None or (isinstance(data, dict) and data.get("type") == "try_again"):
         if on_wait is not None and isinstance(data, dict):

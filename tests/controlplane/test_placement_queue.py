@@ -193,6 +193,11 @@ def test_place_in_line_and_likely_start_through_the_api(alice, dora, charlie, ru
     clock.advance(1)
     now = clock.now
     frees = T0 + timedelta(seconds=200)
+    # create_model's handle says where it stood as it was made (none for a placed one)
+    assert "queue" not in holder and (second["queue"]["position"], third["queue"]["position"]) == (
+        1,
+        2,
+    )
 
     def place(person, fut) -> dict:
         return info(person, fut["model_id"])["queue"]

@@ -320,7 +320,8 @@ class FakeServer:
                 {**lora.model_dump(), "optimizer": family},
             )
             session["model_ids"].append(model_id)
-        return self._future("create_model", body, key, model_id=f"{key[1]}:train:{key[2]}")
+        handle = self._future("create_model", body, key, model_id=f"{key[1]}:train:{key[2]}")
+        return {**handle, "queue": self.queue_places[0]} if self.queue_places else handle
 
     def _post_get_info(self, body: Any) -> Any:
         model = self._model(lw.GetInfoRequest.model_validate(body).model_id)

@@ -121,6 +121,7 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "status_reason"),
     ("GetInfoResponse", "queue"),
     ("TryAgainResponse", "queue"),
+    ("UntypedAPIFuture", "queue"),
     ("CreateSamplingSessionResponse", "queue"),
     ("GetSamplerResponse", "queue"),
     ("WeightsInfoResponse", "optimizer"),

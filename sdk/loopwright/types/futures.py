@@ -35,6 +35,10 @@ class UntypedAPIFuture(ResponseModel):
     """A sample request's sequence ids, one per sample, in order (``SampledSequence.sequence_id``
     of its result): stable across retries, unique in the account."""
 
+    queue: QueueStatus | None = None
+    """A create_model that no worker can take now: its place in the placement queue
+    (Loopwright)."""
+
 
 class FutureRetrieveRequest(RequestModel):
     """Poll a future (the server holds the call up to ~45 s while it is pending)."""
