@@ -27,7 +27,7 @@ from controlplane.training_sessions.selectors import (
     sampler_get,
     session_get,
 )
-from controlplane.training_sessions.services import placement, vocabulary
+from controlplane.training_sessions.services import context, placement, vocabulary
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
 from controlplane.training_sessions.services.sessions import session_touch
 
@@ -63,11 +63,15 @@ def sampler_create(
     require_open(session)
     network = placement.session_network(session)
     fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
+    asked = session.platform.get("context_length")
+    if base_model:
+        base_model, asked = context.base_and_context(base_model, asked)
     if model_id:
         model = model_get(tenant=tenant, model_id=model_id)
         require_ready(model)
         # on its model's worker; with the model while it waits for one
         fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
+        asked = model.context_length if model.context_length is not None else asked
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
         opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
@@ -82,6 +86,9 @@ def sampler_create(
         fields.update(base_model=base_model, worker=_sampler_worker(base_model, network, queue))
     else:
         raise DomainError("give base_model, model_path or model_id", field="base_model")
+    fields["context_length"] = context.context_checked(
+        base_model=fields["base_model"], context_length=asked
+    )
     session_touch(session)
     return SamplingSession.objects.create(**fields)
 
@@ -107,7 +114,8 @@ def _same_source(
         except NotFound:
             return False
         return ckpt.tinker_path == sampler.model_path
-    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == base_model
+    name = context.base_name(base_model or "")  # ``<base>:peft:<n>`` names the base too
+    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == name
 
 
 def _sampler_seq_conflict(session: Session, seq: int, holder: str) -> Conflict:
@@ -227,6 +235,7 @@ def sample_submit(
         require_ready(sampler.live_model)
     highest = vocabulary.highest_sampled(payload)
     vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
+    payload = context.sample_fits(context_length=sampler.context_length, payload=payload)
     token_budget_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(

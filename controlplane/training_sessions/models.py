@@ -88,6 +88,8 @@ class TrainingModel(models.Model):
     lora = models.JSONField()
     # Data-parallel ranks it trains on (1: one worker); >1: placed on a replica group of that size
     replicas = models.PositiveSmallIntegerField(default=1)
+    # The context it asked for (services/context.py); None: its base model's maximum
+    context_length = models.PositiveIntegerField(null=True, blank=True)
     user_metadata = models.JSONField(null=True, blank=True)
     # None while it waits for a worker; its operations queue up until one takes it.
     worker = models.ForeignKey(
@@ -141,6 +143,8 @@ class SamplingSession(models.Model):
     live_model = models.ForeignKey(
         TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers"
     )
+    # The context it asked for (services/context.py); None: its base model's maximum
+    context_length = models.PositiveIntegerField(null=True, blank=True)
     # None while it waits for a live worker (its worker was lost and none serves its base model)
     worker = models.ForeignKey(
         Worker, null=True, blank=True, on_delete=models.PROTECT, related_name="samplers"

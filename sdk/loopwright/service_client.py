@@ -49,12 +49,13 @@ from .types import (
     VpcConfig,
     WeightsInfoResponse,
 )
-from .types.limits import Replicas
+from .types.limits import ContextLength, Replicas
 
 __all__ = ["ServiceClient"]
 
 logger = logging.getLogger("loopwright")
 _REPLICAS = TypeAdapter(Replicas, config=ConfigDict(title="replicas"))
+_CONTEXT = TypeAdapter(ContextLength, config=ConfigDict(title="context_length"))
 
 
 def _sdk_version() -> str:
@@ -73,6 +74,9 @@ class ServiceClient:
     longest a training client's creation waits in that queue (None: as long as it takes; each
     create may set its own), and ``queue_progress`` shows a wait that lasts (a tqdm bar when
     tqdm is installed, else a log line whenever its place changes).
+
+    ``context_length``: the context, in tokens, of the models and samplers of the sessions it
+    opens (at most each base model's maximum; None: that maximum); a model may ask for its own.
     """
 
     def __init__(
@@ -95,9 +99,14 @@ class ServiceClient:
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         queue_timeout: float | None = None,
         queue_progress: bool = True,
+        context_length: int | None = None,
     ) -> None:
         # checked first, so a bad one fails before anything starts or is sent
         vpc = VpcConfig.model_validate(vpc_config) if vpc_config is not None else None
+        if context_length is not None:
+            context_length = _CONTEXT.validate_python(context_length)
+        if queue_timeout is not None and queue_timeout <= 0:
+            raise ValueError(f"queue_timeout must be positive seconds, not {queue_timeout}")
         http = HTTPClient(
             base_url,
             api_key,
@@ -115,9 +124,8 @@ class ServiceClient:
             "s3_output_path": s3_output_path,
             "kms_key_arn": kms_key_arn,
             "vpc_config": vpc,
+            "context_length": context_length,
         }
-        if queue_timeout is not None and queue_timeout <= 0:
-            raise ValueError(f"queue_timeout must be positive seconds, not {queue_timeout}")
         self._queue_timeout = queue_timeout
         self._queue_progress = self._runtime.queue_progress = queue_progress
         self._user_metadata = user_metadata
@@ -151,6 +159,7 @@ class ServiceClient:
             s3_output_path=settings["s3_output_path"],
             kms_key_arn=settings["kms_key_arn"],
             vpc_config=settings["vpc_config"],
+            context_length=settings["context_length"],
         )
         answer = self._runtime.post("create_session", CreateSessionResponse, wire(request))
         for level, message in (
@@ -219,6 +228,7 @@ class ServiceClient:
         replicas: int | None = None,
         optimizer: OptimizerConfig | None = None,
         queue_timeout: float | None = None,
+        context_length: int | None = None,
     ) -> TrainingClient:
         """Open a session and create a fresh LoRA adapter on ``base_model`` in it.
 
@@ -232,6 +242,9 @@ class ServiceClient:
         can take it, it waits in the server's placement queue (shown as the client's
         ``queue_progress`` says) for at most ``queue_timeout`` seconds (None: the client's),
         then raises ``QueueTimeoutError`` and stops the session it opened.
+        ``context_length``: the context its requests are held to, in tokens, at most the base
+        model's maximum (tinker's ``<base>:peft:<n>`` names ask the same); None: the client's,
+        else that maximum.
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
@@ -245,6 +258,8 @@ class ServiceClient:
         )
         if replicas is not None:  # checked before a session is opened, as the adapter is
             replicas = _REPLICAS.validate_python(replicas)
+        if context_length is not None:
+            context_length = _CONTEXT.validate_python(context_length)
         session = self._open_session(
             training_session_name,
             role_arn=role_arn,
@@ -261,6 +276,7 @@ class ServiceClient:
             lora_config=lora,
             replicas=replicas,
             optimizer_config=optimizer,
+            context_length=context_length,
         )
         limit = queue_timeout if queue_timeout is not None else self._queue_timeout
         progress = QueueProgress(f"model on {base_model}", show=self._queue_progress)

@@ -122,6 +122,9 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "queue"),
     ("TryAgainResponse", "queue"),
     ("UntypedAPIFuture", "queue"),
+    # context as a setting
+    ("CreateModelRequest", "context_length"),
+    ("GetInfoResponse", "context_length"),
     ("CreateSamplingSessionResponse", "queue"),
     ("GetSamplerResponse", "queue"),
     ("WeightsInfoResponse", "optimizer"),
@@ -169,6 +172,7 @@ EXTRA_FIELDS = {
             "s3_output_path",
             "kms_key_arn",
             "vpc_config",
+            "context_length",
         )
     ),
 }

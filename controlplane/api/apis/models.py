@@ -85,6 +85,7 @@ def create_model(request: Request) -> Response:
         lora=lora,
         user_metadata=req.user_metadata,
         replicas=replicas,
+        context_length=req.context_length,
     )
     return future(request, op, op.model_id)
 
@@ -108,6 +109,7 @@ def get_info(request: Request) -> Response:
             "state": model.state,
             "lora": model.lora,
             "optimizer": optimizer_of(model.lora),
+            "context_length": model.context_length or (base.context_length if base else None),
             "session_id": model.session_id,
             "next_seq_id": selectors.model_next_free_seq(model),
             "next_sampling_session_seq_id": selectors.session_next_free_sampler_seq(model.session),
