@@ -65,6 +65,7 @@ class QueueProgress:
         self._told: tuple | None = None  # what the log line last said
         self._lock = threading.Lock()
         self._closed = False
+        self._timer: threading.Timer | None = None
 
     @property
     def queued(self) -> bool:
@@ -87,8 +88,18 @@ class QueueProgress:
             now = time.monotonic()
             if self._since is None:
                 self._since = now
+                if self._show and self._long_wait > 0:
+                    # shown once the wait has lasted, even before the next answer comes
+                    self._timer = threading.Timer(self._long_wait, self._lasted)
+                    self._timer.daemon = True
+                    self._timer.start()
             if self._show and now - self._since >= self._long_wait:
                 self._display(status)
+
+    def _lasted(self) -> None:
+        with self._lock:
+            if not self._closed and self.last is not None:
+                self._display(self.last)
 
     def _display(self, status: QueueStatus) -> None:
         if self._bar is None:
@@ -115,6 +126,8 @@ class QueueProgress:
         with self._lock:
             self._closed = True
             self._end_bar()
+            if self._timer is not None:
+                self._timer.cancel()
 
 
 def _new_bar(what: str, position: int, stream: TextIO | None) -> Any:

@@ -145,3 +145,23 @@ def test_a_queued_sampler_says_so_when_it_opens(
         in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_a_wait_is_shown_once_it_has_lasted_even_between_answers() -> None:
+    """The server holds each poll up to its long-poll time: the display does not wait for the
+    next answer to appear."""
+    import io
+
+    from loopwright._queue import QueueProgress
+
+    shown = io.StringIO()
+    progress = QueueProgress("model on b", stream=shown, long_wait=0.2)
+    progress.heard({"queue": place(2)})
+    assert shown.getvalue() == ""
+    deadline = time.monotonic() + 5
+    while "2 of 3 in line" not in shown.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert f"2 of 3 in line for a slot of {BASE_MODEL}" in shown.getvalue()
+    progress.heard({})  # placed: the bar ends
+    assert progress.last is None and not progress.queued
+    progress.close()
