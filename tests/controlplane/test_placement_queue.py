@@ -228,6 +228,10 @@ def test_place_in_line_and_likely_start_through_the_api(alice, dora, charlie, ru
     # the same place in the session, and in its create_model future's try_again
     session = alice.get(f"sessions/{second['session_id']}").json()
     assert session["queue"] == place(alice, second)
+    # SageMaker-style: Pending, with why and where it stands
+    assert session["TrainingSessionStatus"] == "Pending" and session["BlockedReason"] is None
+    assert session["PendingReason"].startswith("waiting for a free slot on an open-network")
+    assert "(2nd of 3 in line; likely to start around" in session["PendingReason"]
     r = alice.post("retrieve_future", {"request_id": second["request_id"]})
     assert r.status_code == 408 and r.json()["queue"] == place(alice, second)
     assert r.json()["queue_state"] == "paused_capacity"
@@ -264,7 +268,11 @@ def test_a_cancelled_create_leaves_the_queue(alice, runtime, clock) -> None:
     Worker.objects.update(capacity=1)
     queued(alice)
     runtime.drain()
-    stopped, expired, last = queued(alice), queued(alice), queued(alice)
+    futs = []
+    for _ in range(3):
+        futs.append(queued(alice))
+        clock.advance(1)
+    stopped, expired, last = futs
     assert info(alice, last["model_id"])["queue"]["position"] == 3
     # stopped by its client: it leaves, its future fails, the ones behind move up
     assert alice.post(f"sessions/{stopped['session_id']}/stop").json()["state"] == "stopped"
