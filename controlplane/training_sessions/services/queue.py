@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -35,14 +35,14 @@ class Entry:
     """A waiting model as the order sees it."""
 
     id: str
-    tenant_id: int
+    tenant_id: Hashable  # the tenant's primary key
     created_at: datetime
 
 
 def fair_order(
     entries: Iterable[Entry],
-    held: Mapping[int, int],
-    used: Mapping[int, float] | None = None,
+    held: Mapping[Hashable, int],
+    used: Mapping[Hashable, float] | None = None,
     hold: float = 0.0,
 ) -> list[Entry]:
     """``entries`` in the order the queue serves them, given the slots each tenant holds now
@@ -52,11 +52,11 @@ def fair_order(
     (ties: fewer slots, then the oldest model). A model keeps its place by its creation, so one
     that lost its worker comes back ahead of its tenant's younger ones."""
     used = used or {}
-    mine: dict[int, deque[Entry]] = defaultdict(deque)
+    mine: dict[Hashable, deque[Entry]] = defaultdict(deque)
     for entry in sorted(entries, key=lambda e: (e.created_at, e.id)):
         mine[entry.tenant_id].append(entry)
 
-    def head(tenant: int, slots: int) -> tuple:
+    def head(tenant: Hashable, slots: int) -> tuple:
         first = mine[tenant][0]
         return (used.get(tenant, 0.0) + slots * hold, slots, first.created_at, first.id, tenant)
 
@@ -71,7 +71,7 @@ def fair_order(
     return order
 
 
-def held_slots(base_model: str) -> dict[int, int]:
+def held_slots(base_model: str) -> dict[Hashable, int]:
     """The slots of ``base_model`` each tenant holds now: its live models placed on a worker."""
     return dict(
         TrainingModel.objects.filter(
@@ -84,12 +84,12 @@ def held_slots(base_model: str) -> dict[int, int]:
     )
 
 
-def slot_seconds(base_model: str, now: datetime | None = None) -> dict[int, float]:
+def slot_seconds(base_model: str, now: datetime | None = None) -> dict[Hashable, float]:
     """The slot seconds of ``base_model`` each tenant's models held in the last
     ``USAGE_WINDOW`` (from their placement to their end, or now)."""
     now = now or timezone.now()
     since = now - USAGE_WINDOW
-    used: dict[int, float] = defaultdict(float)
+    used: dict[Hashable, float] = defaultdict(float)
     for tenant_id, placed_at, ended_at in (
         TrainingModel.objects.filter(base_model=base_model, placed_at__isnull=False)
         .filter(
