@@ -13,7 +13,9 @@ from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
 from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.queue_status import model_queue_status, sampler_queue_status
 from controlplane.training_sessions.selectors import failure_reasons, model_replica_group
+from loopwright.types import QueueStatus
 
 from . import session_ops
 from . import session_reads as reads
@@ -82,10 +84,21 @@ def models_view(models: list[TrainingModel]) -> list[dict]:
         {
             "model": m,
             "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
+            "queue": model_queue_status(m),  # its place in line while it waits
             "lora": lora_view(m.lora),
             "group": group_view(m),
         }
         for m in models
+    ]
+
+
+def queued_samplers(session: Session) -> list[tuple[str, QueueStatus]]:
+    """The session's samplers that wait in the placement queue, with their place."""
+    waiting = session.sampling_sessions.filter(worker__isnull=True, live_model__isnull=True)
+    return [
+        (sampler.id, status)
+        for sampler in waiting.select_related("session").order_by("created_at")
+        if (status := sampler_queue_status(sampler)) is not None
     ]
 
 
@@ -112,6 +125,7 @@ def summary(request: HttpRequest, session: Session, models: list[TrainingModel])
     return {
         "failure": failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
         "models": models_view(models),
+        "queued_samplers": queued_samplers(session),
         "counts": counts,
         "operations_total": sum(counts.values()),
         "failovers": failovers(tenant=tenant, session=session),

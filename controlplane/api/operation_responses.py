@@ -25,9 +25,12 @@ from rest_framework.response import Response
 
 from controlplane.iam.resources import session_arn
 from controlplane.operations import notices
-from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Operation
-from loopwright.types import UntypedAPIFuture
+from controlplane.training_sessions.queue_status import (
+    operation_queue_state,
+    operation_queue_status,
+)
+from loopwright.types import QueueStatus, UntypedAPIFuture
 
 from .negotiation import accepts_json
 from .parsing import public
@@ -43,6 +46,9 @@ def handle_body(op: Operation, model_id: str | None = None) -> dict:
     )
     if op.kind == Operation.Kind.SAMPLE:
         body["sample_sequence_ids"] = sample_sequence_ids(op)
+    waits = op.kind == Operation.Kind.CREATE_MODEL and op.status == Operation.Status.PENDING
+    if waits and (queued := operation_queue_status(op)) is not None:
+        body["queue"] = queue_json(queued)  # no worker can take it now: its place in line
     return body
 
 
@@ -79,11 +85,18 @@ def finished_body(op: Operation) -> tuple[dict, int]:
         if op.result:  # e.g. a model lost for good: ``code`` and where it can resume from
             body.update({k: op.result[k] for k in FAILURE_DETAIL if k in op.result})
         return body, 200
-    state, reason = selectors.operation_queue_state(op)
+    state, reason, queued = operation_queue_state(op)
     body = {"type": "try_again", "request_id": op.id, "queue_state": state}
     if reason:
         body["queue_state_reason"] = reason  # e.g. why its model still waits for a worker
+    if queued is not None:
+        body["queue"] = queue_json(queued)  # its place in line and likely start
     return body, 408
+
+
+def queue_json(status: QueueStatus | None) -> dict | None:
+    """A place in the placement queue as the API answers it (None: not queued)."""
+    return status.model_dump(mode="json") if status is not None else None
 
 
 def wait_preference(request: Request) -> float | None:

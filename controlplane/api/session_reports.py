@@ -15,6 +15,7 @@ from controlplane.operations.session_end import session_stop
 from controlplane.sagemaker_sessions.selectors import blocked_reason
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
+from controlplane.training_sessions.queue_status import model_queue_status, summary
 from controlplane.training_sessions.selectors import session_get
 
 from .models import SessionFinish
@@ -156,9 +157,24 @@ _STATUS = {
 }
 
 
+def _queued(session: Session) -> str | None:
+    """Why the session's first waiting model waits, with its place in the placement queue."""
+    waiting = session.models.filter(
+        placement__in=TrainingModel.WAITING,
+        worker__isnull=True,
+        state__in=TrainingModel.LIVE_STATES,
+    ).order_by("created_at")
+    for model in waiting.select_related("session"):
+        if (place := model_queue_status(model)) is not None:
+            return summary(place)
+    return None
+
+
 def sagemaker_json(session: Session) -> dict:
     """Billable tokens by meter, the highest ``seq_id`` received, and the status, ``Blocked``
-    (with the reason) while a missing ``seq_id`` holds the session's requests up."""
+    (with the reason) while a missing ``seq_id`` holds the session's requests up, ``Pending``
+    (with the reason, its place in line and likely start) while a model of it waits in the
+    placement queue."""
     usage = dict(
         UsageRecord.objects.filter(session_id=session.id)
         .values_list("meter")
@@ -167,10 +183,14 @@ def sagemaker_json(session: Session) -> dict:
     last = Operation.objects.filter(session=session, model__isnull=False).aggregate(
         m=Max("seq_id")
     )["m"]
-    blocked = blocked_reason(session) if session.state not in Session.ENDED_STATES else None
+    live = session.state not in Session.ENDED_STATES
+    blocked = blocked_reason(session) if live else None
+    pending = _queued(session) if live and not blocked else None
+    status = "Blocked" if blocked else "Pending" if pending else None
     return {
-        "TrainingSessionStatus": "Blocked" if blocked else _STATUS.get(session.state, "InProgress"),
+        "TrainingSessionStatus": status or _STATUS.get(session.state, "InProgress"),
         "BlockedReason": blocked,
+        "PendingReason": pending,
         "BillableTokenUsage": {
             "PrefillTokens": usage.get(Meter.PREFILL_TOKENS, 0),
             "SampleTokens": usage.get(Meter.SAMPLED_TOKENS, 0),

@@ -71,7 +71,7 @@ def prepare(
     """The operations of ``prompts`` sampled with ``params`` (``max_tokens`` None: the rest of
     the context); a prompt that leaves no room, or a ``max_tokens`` past it, is a 400 naming
     ``prompt_param`` or ``max_tokens``."""
-    context = context_length(sampler.base_model)
+    context = sampler.context_length or context_length(sampler.base_model)  # what it asked for
     payloads = [
         sample_payload(p, params, num_samples, topk_logprobs, context, prompt_param)
         for p in prompts

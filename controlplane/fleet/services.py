@@ -57,6 +57,12 @@ class Network:
             worker.security_group_ids
         )
 
+    def words(self) -> str:
+        """The network in words: "open network", or its subnets and security groups."""
+        if self.is_open:
+            return "open network"
+        return f"{_joined(self.subnets, 'or')} with {_joined(self.security_group_ids, 'and')}"
+
     def wanted(self) -> str:
         if self.is_open:
             return "an open-network worker"

@@ -1,5 +1,6 @@
 """What the database knows, read when ``/metrics`` is scraped: work waiting and running by kind
-and worker, how old the oldest waiting operation is, the fleet's leases and every failover.
+and worker, how old the oldest waiting operation is, the placement queue (models waiting for a
+worker, by base model and what they wait for), the fleet's leases and every failover.
 
 Every control-plane process answers the same numbers (the database is shared): aggregate them
 with ``max``, not ``sum``. The queries touch only unfinished operations (through the
@@ -16,7 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.registry import Collector
 
 from controlplane.fleet.models import Worker
-from controlplane.training_sessions.models import Operation, Recovery
+from controlplane.training_sessions.models import Operation, Recovery, TrainingModel
+from controlplane.training_sessions.queue_status import WAITS_FOR
 
 UNFINISHED = (Operation.Status.PENDING, Operation.Status.RUNNING)
 WAITING_FOR_A_WORKER = "(none)"  # the worker label of operations whose model waits for one
@@ -27,6 +29,7 @@ class DatabaseCollector(Collector):
         now = timezone.now()
         yield from self._fleet(now)
         yield from self._operations(now)
+        yield from self._placement_queue(now)
         yield from self._recoveries()
 
     def _fleet(self, now) -> Iterator:
@@ -96,6 +99,36 @@ class DatabaseCollector(Collector):
             depth.add_metric([worker], n)
             age.add_metric([worker], oldest)
         yield from (ops, depth, age)
+
+    def _placement_queue(self, now) -> Iterator:
+        waiting = GaugeMetricFamily(
+            "loopwright_placement_queue",
+            "Models waiting in the placement queue, by base model and what they wait for "
+            "(capacity, worker, network)",
+            labels=["base_model", "waits_for"],
+        )
+        oldest = GaugeMetricFamily(
+            "loopwright_placement_queue_oldest_seconds",
+            "How long the model longest in the placement queue has waited, by base model",
+            labels=["base_model"],
+        )
+        rows = (
+            TrainingModel.objects.filter(
+                placement__in=TrainingModel.WAITING,
+                worker__isnull=True,
+                state__in=TrainingModel.LIVE_STATES,
+            )
+            .values("base_model", "placement")
+            .annotate(n=Count("id"), since=Min("queued_at"))
+        )
+        longest: dict[str, float] = {}
+        for row in rows:
+            waiting.add_metric([row["base_model"], WAITS_FOR[row["placement"]]], row["n"])
+            waited = (now - row["since"]).total_seconds() if row["since"] else 0.0
+            longest[row["base_model"]] = max(longest.get(row["base_model"], 0.0), waited)
+        for base_model, seconds in sorted(longest.items()):
+            oldest.add_metric([base_model], seconds)
+        yield from (waiting, oldest)
 
     def _recoveries(self) -> Iterator:
         failovers = CounterMetricFamily(

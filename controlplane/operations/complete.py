@@ -211,7 +211,8 @@ def _model_ended(model_id: str, state: str = TrainingModel.State.UNLOADED) -> No
     """The model is over: its snapshot goes, and a restore it still waited for is not needed."""
     model = TrainingModel.objects.select_for_update().get(pk=model_id)
     model.state = state
-    model.save(update_fields=["state"])
+    model.ended_at = timezone.now()
+    model.save(update_fields=["state", "ended_at"])
     recovery.recovery_discard(model)
     model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
         outcome=Recovery.Outcome.ENDED

@@ -27,7 +27,7 @@ from controlplane.training_sessions.selectors import (
     sampler_get,
     session_get,
 )
-from controlplane.training_sessions.services import placement, vocabulary
+from controlplane.training_sessions.services import context, placement, vocabulary
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
 from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
@@ -44,7 +44,12 @@ def sampler_create(
     base_model: str | None,
     model_path: str | None,
     model_id: str | None,
+    queue: bool = False,
 ) -> SamplingSession:
+    """Open a sampler on a live model, saved sampler weights or a base model. When no live
+    worker reaches the session's network, ``queue``: it waits in the placement queue (its
+    samples with it) until one does; else that is refused (503, for a caller that cannot wait).
+    Without any live worker of its base model it waits either way, as after a worker is lost."""
     session = session_get(tenant=tenant, session_id=session_id)
     if seq is not None:
         existing = SamplingSession.objects.filter(
@@ -59,15 +64,19 @@ def sampler_create(
     require_open(session)
     network = placement.session_network(session)
     fields: dict = {"tenant": tenant, "session": session, "sampling_session_seq_id": seq}
+    asked = session.platform.get("context_length")
+    if base_model:
+        base_model, asked = context.base_and_context(base_model, asked)
     if model_id:
         model = model_get(tenant=tenant, model_id=model_id)
         require_ready(model)
         # on its model's worker; with the model while it waits for one
         fields.update(base_model=model.base_model, live_model=model, worker=model.worker)
+        asked = model.context_length if model.context_length is not None else asked
     elif model_path:
         ckpt = checkpoint_by_path(tenant=tenant, tinker_path=model_path, field="model_path")
         opening(tenant, ckpt, field="model_path", session=session)  # refuse now if it cannot
-        worker = _sampler_worker(ckpt.base_model, network, prefer=ckpt.model.worker)
+        worker = _sampler_worker(ckpt.base_model, network, queue, prefer=ckpt.model.worker)
         fields.update(
             base_model=ckpt.base_model,
             model_path=ckpt.tinker_path,  # a model package ARN is stored as what it names
@@ -75,9 +84,12 @@ def sampler_create(
             worker=worker,
         )
     elif base_model:
-        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network))
+        fields.update(base_model=base_model, worker=_sampler_worker(base_model, network, queue))
     else:
         raise DomainError("give base_model, model_path or model_id", field="base_model")
+    fields["context_length"] = context.context_checked(
+        base_model=fields["base_model"], context_length=asked
+    )
     session_touch(session)
     return SamplingSession.objects.create(**fields)
 
@@ -103,7 +115,8 @@ def _same_source(
         except NotFound:
             return False
         return ckpt.tinker_path == sampler.model_path
-    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == base_model
+    name = context.base_name(base_model or "")  # ``<base>:peft:<n>`` names the base too
+    return not sampler.live_model_id and not sampler.model_path and sampler.base_model == name
 
 
 def _sampler_seq_conflict(session: Session, seq: int, holder: str) -> Conflict:
@@ -144,10 +157,10 @@ def sampler_seq_free(session: Session, seq: int) -> None:
     _sampler_seq_unreserved(session, seq)
 
 
-def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | None:
+def _sampler_worker(base_model: str, network: Network, queue: bool, prefer=None) -> Worker | None:
     """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one; None
-    while no worker is live for a base model one has served (its requests wait, as after a
-    worker is lost)."""
+    while no worker is live for a base model one has served, or (``queue``) none reaches the
+    network: the sampler waits in the placement queue, its requests with it."""
     from controlplane.fleet.services import live_workers
 
     serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
@@ -162,7 +175,7 @@ def _sampler_worker(base_model: str, network: Network, prefer=None) -> Worker | 
         return takes[0]
     if workers:  # none holds the base whole: a sharded group (formed now if need be), or wait
         return placement.sharded_home(base_model, network, workers)
-    if serving:
+    if serving and not queue:
         raise Unavailable(
             f"no live worker serves {base_model!r} for this session: it needs {network.wanted()}",
             field="base_model",
@@ -228,6 +241,7 @@ def sample_submit(
         highest=vocabulary.highest_biased(payload),
         field="sampling_params.logit_bias",
     )
+    payload = context.sample_fits(context_length=sampler.context_length, payload=payload)
     token_budget_check(tenant=tenant)
     if payload.get("record_stability_info"):
         recordings_quota_check(tenant=tenant)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Session, TrainingModel
 from controlplane.training_sessions.selectors import session_get
+from controlplane.training_sessions.services import placement
 from controlplane.training_sessions.services.recordings import recordings_end_session
 
 from .training import model_unload
@@ -33,6 +34,7 @@ def session_stop(
     )
     for model in live:
         model_unload(tenant=tenant, model=model, ending=True)
+    placement.samplers_end_waiting(session)  # it leaves the queue with them
     ending_models = session.models.filter(state__in=TrainingModel.LIVE_STATES).exists()
     session.state = (
         Session.State.STOPPING

@@ -55,11 +55,13 @@ def submit(
     request_id: str | None = None,
     highest_token: int | None = None,
     optimizer: str | None = None,
+    longest_input: int = 0,
 ) -> Operation | None:
     """The operation, inserted and committed with ``audit``; None when the statement changed
     nothing (a missing or stopped model, a ``seq_id`` behind it or already used, also by a
     concurrent request whose insert the lock waited for, an optim_step whose ``optimizer``
-    family is not the model's): the general path then says why."""
+    family is not the model's, a datum longer than the model's context, ``longest_input``
+    tokens): the general path then says why."""
     now = timezone.now()
     op = Operation(
         id=request_id or new_id("req"),
@@ -84,6 +86,7 @@ def submit(
         seq_id,
         settings.SEQ_WINDOW,
         -1 if highest_token is None else highest_token,
+        longest_input,
         optimizer,
         seq_id,
         *_operation_values(op),
@@ -140,6 +143,7 @@ def _statement() -> str:
             WHERE m.tenant_id = %s AND m.id = %s AND m.state IN (%s, %s)
               AND s.state IN (%s, %s) AND m.next_seq <= %s AND %s < m.next_seq + %s
               AND (b.vocab_size IS NULL OR %s < b.vocab_size)
+              AND (m.context_length IS NULL OR %s <= m.context_length)
               AND COALESCE(%s::text, m.lora ->> 'optimizer', 'adamw')
                   = COALESCE(m.lora ->> 'optimizer', 'adamw')
               AND NOT EXISTS (SELECT 1 FROM {ops} e WHERE e.model_id = m.id AND e.seq_id = %s)

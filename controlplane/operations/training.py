@@ -31,7 +31,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 from controlplane.training_sessions.selectors import session_get
-from controlplane.training_sessions.services import placement, vocabulary
+from controlplane.training_sessions.services import context, placement, vocabulary
 from controlplane.training_sessions.services.lora import lora_checked
 from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
@@ -85,11 +85,14 @@ def model_create(
     model_id: str | None = None,
     load: tuple[dict, Callable[[TrainingModel], dict]] | None = None,
     replicas: int = 1,
+    context_length: int | None = None,
 ) -> Operation:
     """Create a model (``model_id``, or a fresh id) as operation 0 of its session's
-    ``model_seq_id``, to train on ``replicas`` workers (data parallel; ``replicas_checked``).
-    ``load``: the request and plan of a checkpoint to load into it in the same operation (a
-    model made by ``load_weights``), before any ``seq_id`` is taken."""
+    ``model_seq_id``, to train on ``replicas`` workers (data parallel; ``replicas_checked``),
+    with a context of ``context_length`` tokens (or what ``<base>:peft:<n>`` names, or the
+    session's, else the base model's maximum; ``services.context``). ``load``: the request and
+    plan of a checkpoint to load into it in the same operation (a model made by
+    ``load_weights``), before any ``seq_id`` is taken."""
     session = session_get(tenant=tenant, session_id=session_id)
     require_open(session)
     payload = {
@@ -100,6 +103,7 @@ def model_create(
         # only when asked for: a request of one replica digests as it always did, so a retry
         # of one sent before replicas existed is still recognised
         **({"replicas": replicas} if replicas != 1 else {}),
+        **({"context_length": context_length} if context_length is not None else {}),
         **({"load": load[0]} if load else {}),
     }
     existing = TrainingModel.objects.filter(session=session, model_seq_id=model_seq_id).first()
@@ -112,7 +116,11 @@ def model_create(
             )
         return existing_or_conflict(op, digest(payload), f"model_seq_id {model_seq_id}")
     lora_checked(lora)
+    base_model, context_length = context.base_and_context(base_model, context_length)
     base_model_require(base_model)
+    if context_length is None:  # the session's, if it asked for one
+        context_length = session.platform.get("context_length")
+    context_length = context.context_checked(base_model=base_model, context_length=context_length)
     replicas = replicas_checked(tenant=tenant, base_model=base_model, replicas=replicas)
     lora = {**lora, "alpha": float(lora.get("alpha") or DEFAULT_ALPHA)}
     if lora.get("seed") is None:
@@ -127,6 +135,7 @@ def model_create(
         base_model=base_model,
         lora=lora,
         replicas=replicas,
+        context_length=context_length,
         user_metadata=user_metadata,
         worker=None,
         placement=TrainingModel.Placement.WAITING_FOR_WORKER,
@@ -314,6 +323,7 @@ def submit_step(
         audit=audit,
         request_id=request_id,
         highest_token=vocabulary.highest_token(batch),
+        longest_input=context.longest_input(batch),
         optimizer=step_checks.step_family(kind, payload),
     )
 
@@ -349,6 +359,9 @@ def training_submit(
             base_model=model.base_model,
             highest=vocabulary.highest_token(payload.get(key)),
             field=f"{key}.data",
+        )
+        context.inputs_fit(
+            context_length=model.context_length, batch=payload.get(key), field=f"{key}.data"
         )
         token_budget_check(tenant=tenant)
     if seq_id is None:

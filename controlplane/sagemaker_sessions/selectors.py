@@ -2,9 +2,10 @@
 session is named by the ``TrainingSessionName`` it was created with or by its id (what the last
 segment of its ARN says); another tenant's, a deleted one and a missing one are not found alike.
 
-Status: ``Created`` (its model is being made), ``Scheduled`` (waiting for a worker, with why),
-``Running``, ``Blocked`` (a ``seq_id`` it must run next has not arrived while later ones wait,
-with why), ``Stopping``, ``Stopped``, ``Failed`` (with why), ``Expired`` (idle too long).
+Status: ``Created`` (its model is being made), ``Scheduled`` (waiting in the placement queue,
+with why, its place in line and its likely start), ``Running``, ``Blocked`` (a ``seq_id`` it
+must run next has not arrived while later ones wait, with why), ``Stopping``, ``Stopped``,
+``Failed`` (with why), ``Expired`` (idle too long).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from controlplane.iam.resources import session_arn
 from controlplane.metering.models import Meter, UsageRecord
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
+from controlplane.training_sessions.queue_status import model_queue_status, summary
 from controlplane.training_sessions.selectors import failure_reasons
 
 from .models import TrainingSessionRecord
@@ -107,7 +109,8 @@ def status_of(session: Session, model: TrainingModel | None = None) -> Status:
     if model.state == TrainingModel.State.FAILED:
         return Status("Failed", _cut(model.status_reason or "its model could not be created"))
     if model.placement in TrainingModel.WAITING:
-        return Status("Scheduled", _cut(model.status_reason or None))
+        queued = model_queue_status(model)
+        return Status("Scheduled", _cut(summary(queued) if queued else model.status_reason or None))
     return Status("Created")
 
 

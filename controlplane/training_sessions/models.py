@@ -88,6 +88,8 @@ class TrainingModel(models.Model):
     lora = models.JSONField()
     # Data-parallel ranks it trains on (1: one worker); >1: placed on a replica group of that size
     replicas = models.PositiveSmallIntegerField(default=1)
+    # The context it asked for (services/context.py); None: its base model's maximum
+    context_length = models.PositiveIntegerField(null=True, blank=True)
     user_metadata = models.JSONField(null=True, blank=True)
     # None while it waits for a worker; its operations queue up until one takes it.
     worker = models.ForeignKey(
@@ -95,7 +97,12 @@ class TrainingModel(models.Model):
     )
     placement = models.CharField(max_length=32, choices=Placement.choices, default=Placement.PLACED)
     status_reason = models.TextField(blank=True)  # why it waits, for people
+    # When it last joined the placement queue (services/queue.py owns these three fields)
+    queued_at = models.DateTimeField(null=True, blank=True)
     placed_at = models.DateTimeField(null=True, blank=True)
+    # When it stopped holding a slot for good (unloaded, or failed): from placed_at to here is
+    # what the queue's start estimates learn from
+    ended_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
     next_seq = models.IntegerField(default=0)
     # Where a new worker starts from if this one is lost: the state after operation ``seq``
@@ -112,7 +119,10 @@ class TrainingModel(models.Model):
                 fields=["session", "model_seq_id"], name="uniq_model_seq_per_session"
             ),
         ]
-        indexes = [models.Index(fields=["placement", "created_at"], name="model_placement_idx")]
+        indexes = [
+            models.Index(fields=["placement", "created_at"], name="model_placement_idx"),
+            models.Index(fields=["base_model", "-ended_at"], name="model_ended_idx"),
+        ]
 
     def save(self, *args, **kwargs) -> None:
         if not self.id:
@@ -133,6 +143,8 @@ class SamplingSession(models.Model):
     live_model = models.ForeignKey(
         TrainingModel, null=True, blank=True, on_delete=models.CASCADE, related_name="samplers"
     )
+    # The context it asked for (services/context.py); None: its base model's maximum
+    context_length = models.PositiveIntegerField(null=True, blank=True)
     # None while it waits for a live worker (its worker was lost and none serves its base model)
     worker = models.ForeignKey(
         Worker, null=True, blank=True, on_delete=models.PROTECT, related_name="samplers"

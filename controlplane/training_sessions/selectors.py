@@ -143,23 +143,6 @@ def operation_get(*, tenant: Tenant, request_id: str) -> Operation:
         raise NotFound(f"request {request_id!r} not found", field="request_id") from None
 
 
-def operation_queue_state(op: Operation) -> tuple[str, str | None]:
-    """How a pending operation waits: running normally, or held while its model waits for a
-    worker (with the reason)."""
-    if op.model_id is None:
-        if op.worker_id is None:  # its sampler's worker was lost and none else is live yet
-            return "paused_capacity", "waiting for a live worker that serves its base model"
-        return "active", None
-    placement, reason = (
-        TrainingModel.objects.filter(pk=op.model_id)
-        .values_list("placement", "status_reason")
-        .first()
-    ) or (None, "")
-    if placement not in TrainingModel.WAITING:
-        return "active", None
-    return "paused_capacity", reason or None
-
-
 def checkpoint_by_path(*, tenant: Tenant, tinker_path: str, field: str = "path") -> Checkpoint:
     """The checkpoint at a ``tinker://`` path, or the one a model package version ARN holds."""
     if tinker_path.startswith("arn:"):

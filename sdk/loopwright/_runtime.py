@@ -17,7 +17,7 @@ from ._loop import EventLoopThread
 from ._ordering import Ticket
 from ._session import Heartbeat
 from .errors import APIResponseValidationError, APIStatusError
-from .futures import APIFuture, Submitted, await_future, send_request
+from .futures import APIFuture, OnWait, Submitted, await_future, send_request
 from .types import ClientConfigResponse
 
 __all__ = ["Runtime", "wire"]
@@ -42,6 +42,8 @@ class Runtime:
         self._sdk_version = sdk_version
         self._config: ClientConfigResponse | None = None
         self._config_lock = threading.Lock()
+        self.queue_progress = True
+        """Whether waits in the server's placement queue are shown (``ServiceClient``'s)."""
 
     def client_config(self) -> ClientConfigResponse:
         """The server's flags for this client (``client/config``), asked once. A server that
@@ -76,12 +78,19 @@ class Runtime:
         """Run ``coro`` on the event loop thread; its outcome becomes an APIFuture."""
         return APIFuture(self.loop.submit(coro), self.loop.in_loop_thread)
 
-    def operation(self, path: str, body: Any, parse: Callable[[Any], T]) -> APIFuture[T]:
-        """POST an operation now and poll its future in the background."""
+    def operation(
+        self, path: str, body: Any, parse: Callable[[Any], T], on_wait: OnWait | None = None
+    ) -> APIFuture[T]:
+        """POST an operation now and poll its future in the background; ``on_wait`` hears
+        each pending answer (e.g. a place in the placement queue)."""
 
         async def run() -> T:
-            sent = await send_request(self.http, path, body)
-            return await await_future(self.http, sent, parse)
+            try:
+                sent = await send_request(self.http, path, body)
+                return await await_future(self.http, sent, parse, on_wait)
+            finally:
+                if on_wait is not None:
+                    on_wait({})  # settled: it waits for nothing any more
 
         return self.submit(run())
 

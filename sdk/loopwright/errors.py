@@ -26,6 +26,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PaymentRequiredError",
     "PermissionDeniedError",
+    "QueueTimeoutError",
     "RateLimitError",
     "RequestFailedError",
     "UnprocessableEntityError",
@@ -35,6 +36,16 @@ __all__ = [
 
 class LoopwrightError(Exception):
     """Base of every exception the SDK raises on purpose (bad configuration, closed client)."""
+
+
+class QueueTimeoutError(LoopwrightError, TimeoutError):
+    """A create waited in the server's placement queue past the limit the caller set
+    (``queue_timeout``); it has left the queue (its session was stopped). ``status`` is its last
+    known place (a ``QueueStatus``: position, what it waited for, likely start), or None."""
+
+    def __init__(self, message: str, status: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class APIError(LoopwrightError):

@@ -32,6 +32,7 @@ logger = logging.getLogger("loopwright")
 __all__ = [
     "APIFuture",
     "CombinedAPIFuture",
+    "OnWait",
     "Submitted",
     "await_future",
     "poll_future",
@@ -161,8 +162,10 @@ class Submitted:
         response: Any = None,
         lines: Any = None,
         release: Callable[[], None] | None = None,
+        queue: dict[str, Any] | None = None,
     ) -> None:
         self.request_id = request_id
+        self.queue = queue  # its place in the placement queue, as the handle said
         self._response = response
         self._lines = lines
         self._release = release
@@ -233,7 +236,7 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
         )
         if response.headers.get("content-type", "").split(";")[0].strip() != _NDJSON:
             await response.aread()  # a server that answers with the handle alone
-            return Submitted(_handle(_json(response.content, path), path).request_id)
+            return _submitted(_handle(_json(response.content, path), path))
         lines = response.aiter_lines()
         try:
             first = await anext(lines, None)
@@ -243,11 +246,13 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
             # The handle never came: send it again the plain way, retried as any request is
             # (the server answers a retry with the same operation: seq_ids make it idempotent).
             return await _send_plain(http, path, body)
+        handle = _handle(_json(first, path), path)
         sent = Submitted(
-            _handle(_json(first, path), path).request_id,
+            handle.request_id,
             response,
             lines,
             http.release_inline_wait,
+            handle.queue.model_dump(mode="json") if handle.queue else None,
         )
         handed_over = True
         return sent
@@ -262,7 +267,12 @@ async def send_request(http: HTTPClient, path: str, body: Any) -> Submitted:
 
 async def _send_plain(http: HTTPClient, path: str, body: Any) -> Submitted:
     response = await http.arequest("POST", path, body=body)
-    return Submitted(_handle(_json(response.content, path), path).request_id)
+    return _submitted(_handle(_json(response.content, path), path))
+
+
+def _submitted(handle: UntypedAPIFuture) -> Submitted:
+    queue = handle.queue.model_dump(mode="json") if handle.queue else None
+    return Submitted(handle.request_id, queue=queue)
 
 
 def _json(text: str | bytes, path: str) -> Any:
@@ -276,29 +286,43 @@ def _handle(data: Any, path: str) -> UntypedAPIFuture:
     return _parse(UntypedAPIFuture.model_validate, data, path)
 
 
-async def await_future(http: HTTPClient, sent: Submitted, parse: Callable[[Any], T]) -> T:
+OnWait = Callable[[dict[str, Any]], None]
+"""Told every pending answer of a future (its ``try_again`` body: queue_state, its reason and,
+while its model or sampler waits for a worker, its place in the placement queue); the runtime
+also tells it an empty body once the future has settled."""
+
+
+async def await_future(
+    http: HTTPClient, sent: Submitted, parse: Callable[[Any], T], on_wait: OnWait | None = None
+) -> T:
     """The operation's result: from its streamed answer when it came with one, else polled."""
+    if on_wait is not None and sent.queue is not None:  # queued from the start
+        on_wait({"queue": sent.queue})
     data = await sent.outcome()
     if data is None or (isinstance(data, dict) and data.get("type") == "try_again"):
-        return await poll_future(http, sent.request_id, parse)
+        if on_wait is not None and isinstance(data, dict):
+            on_wait(data)
+        return await poll_future(http, sent.request_id, parse, on_wait)
     settled = _settle(data, sent.request_id, parse)
     return settled
 
 
-def _queue_reason(response: Any) -> str | None:
+def _pending_body(response: Any) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        return None
-    reason = body.get("queue_state_reason") if isinstance(body, dict) else None
-    return reason if isinstance(reason, str) else None
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
-async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], T]) -> T:
+async def poll_future(
+    http: HTTPClient, request_id: str, parse: Callable[[Any], T], on_wait: OnWait | None = None
+) -> T:
     """Long-poll retrieve_future until the operation is done; raise RequestFailedError if it failed.
 
     Pending is an HTTP 408 or a 200 ``{"type": "try_again"}``; the server holds each poll up to
     ~30 s, and a pending answer that comes back at once is followed by a short, growing pause.
+    ``on_wait`` hears each pending answer.
     """
     pause = POLL_BACKOFF_START
     told = None
@@ -316,8 +340,12 @@ async def poll_future(http: HTTPClient, request_id: str, parse: Callable[[Any], 
         if response.status_code == 408 or (
             isinstance(data, dict) and data.get("type") == "try_again"
         ):
-            reason = _queue_reason(response)
-            if reason and reason != told:  # e.g. its model waits for a worker, and why
+            pending = _pending_body(response)
+            reason = pending.get("queue_state_reason")
+            if on_wait is not None:
+                on_wait(pending)
+            # why it is held, once (a place in the placement queue is on_wait's to show)
+            if isinstance(reason, str) and reason != told and not pending.get("queue"):
                 logger.warning("request %s is held: %s", request_id, reason)
                 told = reason
             if time.monotonic() - started < 1.0:

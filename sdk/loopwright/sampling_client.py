@@ -6,10 +6,12 @@ Every call is sent at once and returns a future, so many samples are in flight t
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._queue import QueueProgress, describe
 from ._runtime import Runtime, wire
 from ._session import Session
 from ._tokenizer import load_tokenizer
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = ["SamplingClient", "open_sampling_session"]
+
+logger = logging.getLogger("loopwright")
 
 Prompt = ModelInput | Sequence[int]
 """A prompt: a ModelInput, or plain token ids (e.g. what ``tokenizer.encode`` returns)."""
@@ -59,6 +63,13 @@ def open_sampling_session(
         model_id=model_id,
     )
     answer = runtime.post("create_sampling_session", CreateSamplingSessionResponse, wire(request))
+    if answer.queue is not None:  # opened; its samples wait until a worker can take it
+        logger.warning(
+            "sampler %s waits in the placement queue: %s (%s)",
+            answer.sampling_session_id,
+            describe(answer.queue),
+            answer.queue.reason,
+        )
     return answer.sampling_session_id
 
 
@@ -86,6 +97,8 @@ class SamplingClient:
         self._lock = threading.Lock()
         self._next_seq_id = 1
         self._tokenizer: PreTrainedTokenizerBase | None = None
+        # its samples' pending answers show where it stands while it waits for a worker
+        self._queue = QueueProgress(f"sampler {sampling_session_id}", show=runtime.queue_progress)
 
     def _seq_id(self) -> int:
         with self._lock:
@@ -145,7 +158,9 @@ class SamplingClient:
             include_prompt_logprobs,
             options,
         )
-        return self._runtime.operation("asample", body, SampleResponse.model_validate)
+        return self._runtime.operation(
+            "asample", body, SampleResponse.model_validate, self._queue.heard
+        )
 
     def compute_logprobs(
         self, prompt: Prompt, prompt_logprobs_last_n: int | None = None
@@ -158,7 +173,7 @@ class SamplingClient:
         def parse(data: Any) -> list[float | None]:
             return list(SampleResponse.model_validate(data).prompt_logprobs or [])
 
-        return self._runtime.operation("asample", body, parse)
+        return self._runtime.operation("asample", body, parse, self._queue.heard)
 
     def get_base_model(self) -> str:
         """The base model this sampler runs (looked up from its weights if needed)."""

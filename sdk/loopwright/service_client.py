@@ -14,6 +14,7 @@ import logging
 import os
 import pathlib
 import threading
+import time
 import uuid
 from types import TracebackType
 from typing import Any
@@ -23,9 +24,11 @@ from pydantic import ConfigDict, TypeAdapter
 
 from ._download import download_model_package
 from ._http import HTTPClient, RawBody, RetryPolicy
+from ._queue import QueueProgress, describe
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
-from .errors import APIError
+from .errors import APIError, QueueTimeoutError
+from .futures import APIFuture
 from .sampling_client import SamplingClient, open_sampling_session
 from .training_client import TrainingClient, check_training_path
 from .types import (
@@ -47,12 +50,13 @@ from .types import (
     VpcConfig,
     WeightsInfoResponse,
 )
-from .types.limits import Replicas
+from .types.limits import ContextLength, Replicas
 
 __all__ = ["ServiceClient"]
 
 logger = logging.getLogger("loopwright")
 _REPLICAS = TypeAdapter(Replicas, config=ConfigDict(title="replicas"))
+_CONTEXT = TypeAdapter(ContextLength, config=ConfigDict(title="context_length"))
 
 
 def _sdk_version() -> str:
@@ -66,6 +70,14 @@ class ServiceClient:
 
     The API key, server and session role come from the arguments or ``LOOPWRIGHT_API_KEY`` /
     ``LOOPWRIGHT_BASE_URL`` / ``LOOPWRIGHT_ROLE_ARN``. Nothing is sent until the first call.
+
+    When no worker can take a new model now, the server queues it: ``queue_timeout`` is the
+    longest a training client's creation waits in that queue (None: as long as it takes; each
+    create may set its own), and ``queue_progress`` shows a wait that lasts (a tqdm bar when
+    tqdm is installed, else a log line whenever its place changes).
+
+    ``context_length``: the context, in tokens, of the models and samplers of the sessions it
+    opens (at most each base model's maximum; None: that maximum); a model may ask for its own.
     """
 
     def __init__(
@@ -86,9 +98,16 @@ class ServiceClient:
         retry: RetryPolicy | None = None,
         heartbeat_interval: float = 10.0,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        queue_timeout: float | None = None,
+        queue_progress: bool = True,
+        context_length: int | None = None,
     ) -> None:
         # checked first, so a bad one fails before anything starts or is sent
         vpc = VpcConfig.model_validate(vpc_config) if vpc_config is not None else None
+        if context_length is not None:
+            context_length = _CONTEXT.validate_python(context_length)
+        if queue_timeout is not None and queue_timeout <= 0:
+            raise ValueError(f"queue_timeout must be positive seconds, not {queue_timeout}")
         http = HTTPClient(
             base_url,
             api_key,
@@ -106,7 +125,10 @@ class ServiceClient:
             "s3_output_path": s3_output_path,
             "kms_key_arn": kms_key_arn,
             "vpc_config": vpc,
+            "context_length": context_length,
         }
+        self._queue_timeout = queue_timeout
+        self._queue_progress = self._runtime.queue_progress = queue_progress
         self._user_metadata = user_metadata
         self._tags = list(tags or [])
         self._project_id = project_id
@@ -138,6 +160,7 @@ class ServiceClient:
             s3_output_path=settings["s3_output_path"],
             kms_key_arn=settings["kms_key_arn"],
             vpc_config=settings["vpc_config"],
+            context_length=settings["context_length"],
         )
         answer = self._runtime.post("create_session", CreateSessionResponse, wire(request))
         for level, message in (
@@ -205,6 +228,8 @@ class ServiceClient:
         user_metadata: dict[str, Any] | None = None,
         replicas: int | None = None,
         optimizer: OptimizerConfig | None = None,
+        queue_timeout: float | None = None,
+        context_length: int | None = None,
     ) -> TrainingClient:
         """Open a session and create a fresh LoRA adapter on ``base_model`` in it.
 
@@ -214,7 +239,13 @@ class ServiceClient:
         live workers of the base model, else a ``BadRequestError`` naming ``replicas``).
         ``optimizer``: ``AdamOptimizerConfig()`` (None means the same) or
         ``DimuonOptimizerConfig()``, fixed for the model's lifetime; its steps then take
-        ``AdamParams`` or ``DimuonParams``. Blocks until the model exists.
+        ``AdamParams`` or ``DimuonParams``. Blocks until the model exists: while no worker
+        can take it, it waits in the server's placement queue (shown as the client's
+        ``queue_progress`` says) for at most ``queue_timeout`` seconds (None: the client's),
+        then raises ``QueueTimeoutError`` and stops the session it opened.
+        ``context_length``: the context its requests are held to, in tokens, at most the base
+        model's maximum (tinker's ``<base>:peft:<n>`` names ask the same); None: the client's,
+        else that maximum.
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
@@ -228,6 +259,8 @@ class ServiceClient:
         )
         if replicas is not None:  # checked before a session is opened, as the adapter is
             replicas = _REPLICAS.validate_python(replicas)
+        if context_length is not None:
+            context_length = _CONTEXT.validate_python(context_length)
         session = self._open_session(
             training_session_name,
             role_arn=role_arn,
@@ -244,14 +277,27 @@ class ServiceClient:
             lora_config=lora,
             replicas=replicas,
             optimizer_config=optimizer,
+            context_length=context_length,
         )
+        limit = queue_timeout if queue_timeout is not None else self._queue_timeout
+        progress = QueueProgress(f"model on {base_model}", show=self._queue_progress)
         try:
-            created = self._runtime.operation(
-                "create_model", wire(request), CreateModelResponse.model_validate
-            ).result()
+            created = _created(
+                self._runtime.operation(
+                    "create_model",
+                    wire(request),
+                    CreateModelResponse.model_validate,
+                    progress.heard,
+                ),
+                progress,
+                limit,
+            )
         except BaseException:
-            stop_quietly(session, raise_errors=False)  # do not leave it counting against the quota
+            # do not leave it counting against the quota (or waiting in the queue)
+            stop_quietly(session, raise_errors=False)
             raise
+        finally:
+            progress.close()
         return TrainingClient(self._runtime, session, created.model_id, base_model)
 
     def create_training_client(self, model_id: str) -> TrainingClient:
@@ -485,3 +531,25 @@ class ServiceClient:
             if exc is None:
                 raise
             logger.warning("could not stop every session on exit: %s", error)
+
+
+def _created(
+    future: APIFuture[CreateModelResponse], progress: QueueProgress, limit: float | None
+) -> CreateModelResponse:
+    """The create's result; past ``limit`` seconds while it still waits in the placement queue,
+    ``QueueTimeoutError`` (a model that has left the queue for a worker is waited for)."""
+    if limit is None:
+        return future.result()
+    deadline = time.monotonic() + limit
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return future.result(timeout=remaining if remaining > 0 else 0.5)
+        except TimeoutError:
+            if time.monotonic() >= deadline and progress.last is not None:
+                last = progress.last
+                raise QueueTimeoutError(
+                    f"{progress.what} waited {limit:g} s in the placement queue and left it: "
+                    f"{describe(last)} ({last.reason})",
+                    last,
+                ) from None

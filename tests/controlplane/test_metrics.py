@@ -17,8 +17,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.observability.logs import logging_config
-from controlplane.training_sessions.models import Operation, Recovery, Session
+from controlplane.training_sessions.models import Operation, Recovery, Session, TrainingModel
 
+from .conftest import TINY
 from .wire import ModelRun, datum, fwdbwd, open_session
 
 TOKEN = "metrics-token-of-these-tests"
@@ -193,3 +194,24 @@ def test_the_grafana_dashboard_asks_only_for_metrics_that_exist(db) -> None:
     used = {m for e in exprs for m in re.findall(r"\b(?:loopwright|process)_[a-z_]+\b", e)}
     assert len(exprs) >= 15 and len(used) >= 15
     assert used <= exposed, sorted(used - exposed)
+
+
+def test_the_placement_queue_by_base_model_and_what_it_waits_for(alice, runtime) -> None:
+    from controlplane.fleet.models import Worker
+
+    from .wire import create_model
+
+    Worker.objects.update(capacity=1)
+    create_model(alice, runtime, open_session(alice))
+    for _ in range(2):  # no room: they wait for a slot
+        r = alice.post(
+            "create_model",
+            {"session_id": open_session(alice), "model_seq_id": 0, "base_model": TINY},
+        )
+        assert r.status_code == 200
+    TrainingModel.objects.filter(worker__isnull=True).update(
+        queued_at=timezone.now() - timedelta(seconds=30)
+    )
+    samples = scrape()
+    assert value(samples, "loopwright_placement_queue", base_model=TINY, waits_for="capacity") == 2
+    assert 30 <= value(samples, "loopwright_placement_queue_oldest_seconds", base_model=TINY) < 90

@@ -238,3 +238,33 @@ def test_a_member_denied_describing_is_told_nothing_of_what_exists(
         with pytest.raises(ClientError) as caught:
             bobs.describe_training_session(TrainingSessionName=name)
         assert code(caught) == "AccessDeniedException", name
+
+
+def test_a_queued_session_is_scheduled_with_its_place_in_line(
+    alice: Person, charlie: Person, runtime
+) -> None:
+    """No worker has room: the session waits in the placement queue, ``Scheduled``, and its
+    ``ErrorDetails`` say why, where it stands and (once a model has ended) when it may start."""
+    from controlplane.fleet.models import Worker
+
+    Worker.objects.update(capacity=1)
+    sm = client_of(alice)
+    create(sm, alice, "holds")
+    runtime.drain()
+    create(sm, alice, "waits")
+    detail = sm.describe_training_session(TrainingSessionName="waits")["TrainingSessionDetail"]
+    assert detail["TrainingSessionStatus"] == "Scheduled"
+    assert detail["ErrorDetails"] == (
+        f"waiting for a free slot on an open-network worker: 1 serves {TINY}, it is full "
+        "(1st of 1 in line)"
+    )
+    listed = sm.list_training_sessions(StatusEquals="Scheduled")["TrainingSessionSummaries"]
+    assert [s["TrainingSessionArn"] for s in listed] == [detail["TrainingSessionArn"]]
+    with pytest.raises(ClientError):
+        client_of(charlie).describe_training_session(TrainingSessionName="waits")
+    sm.stop_training_session(TrainingSessionName="holds")
+    runtime.drain()
+    runtime.beat()  # the slot is given to the session that waited
+    runtime.drain()
+    detail = sm.describe_training_session(TrainingSessionName="waits")["TrainingSessionDetail"]
+    assert detail["TrainingSessionStatus"] == "Running" and "ErrorDetails" not in detail

@@ -30,6 +30,9 @@ from .test_api_training import (  # noqa: F401
     test_training_flow_checkpoints_sampling_and_stop,
     test_waiting_for_a_missing_seq_id,
 )
+from .test_context_setting import (  # noqa: F401
+    test_a_model_asks_for_a_context_and_its_data_are_held_to_it,
+)
 from .test_dimuon_api import (  # noqa: F401
     test_each_model_steps_with_its_own_family_and_refuses_the_other,
 )

@@ -187,6 +187,20 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
     )
     session = alice.get(f"sessions/{sid}").json()
     assert (session["placement"], session["status_reason"]) == ("waiting_for_network", reason)
+    queue = {
+        "position": 1,
+        "waiting": 1,
+        "waits_for": "network",
+        "base_model": TINY,
+        "network": f"{SUBNET_B} with {SG_1}",
+        "replicas": 1,
+        "reason": reason,
+        "queued_at": described["queue"]["queued_at"],
+        "estimated_start_at": None,
+        "estimate_basis": "no estimate: it waits for a worker that reaches its network to start",
+        "kind": "model",
+    }
+    assert described["queue"] == session["queue"] == queue
     assert session["models"] == [
         {
             "model_id": mid,
@@ -196,6 +210,7 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
             "worker": None,
             "replicas": 1,
             "group": None,
+            "queue": queue,
         }
     ]
     # operations queue up (out of order, with a retry); nothing runs anywhere
@@ -213,7 +228,8 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
     assert runtime.drain() == 0
     try_again = pending(alice, created)
     assert try_again["queue_state"] == "paused_capacity"
-    assert try_again["queue_state_reason"] == reason
+    assert try_again["queue_state_reason"] == f"{reason} (1st of 1 in line)"
+    assert try_again["queue"] == queue
     pending(alice, fb)
     assert set(Operation.objects.filter(model_id=mid).values_list("status", "worker")) == {
         ("pending", None)
@@ -227,6 +243,7 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
         "",
         "vpc0",
     )
+    assert described["queue"] is None and alice.get(f"sessions/{sid}").json()["queue"] is None
     assert runtime.drain() == 0  # the open worker has nothing of it
     assert result(alice, vpc, created) == {"model_id": mid}
     assert result(alice, vpc, fb)["metrics"]["tokens:sum"] == 3.0
@@ -241,7 +258,7 @@ def test_a_session_no_worker_reaches_waits_then_runs_in_order_when_one_registers
     assert vpc.host.has_adapter(mid) and not runtime.host.has_adapter(mid)
 
 
-def test_open_network_sessions_never_land_on_vpc_workers(alice, add_worker) -> None:
+def test_open_network_sessions_never_land_on_vpc_workers(alice, charlie, add_worker) -> None:
     vpc = add_worker("vpc0", subnets=[SUBNET_B], security_groups=[SG_1])
     open_sid = vpc_session(alice, None)
     waiting = new_model(alice, open_sid)["model_id"]
@@ -249,11 +266,22 @@ def test_open_network_sessions_never_land_on_vpc_workers(alice, add_worker) -> N
         f"waiting for an open-network worker: 1 worker serves {TINY}, "
         "each serves only sessions in its VPC subnets"
     )
+    # a sampler of the base model waits in the queue too, and its samples with it
     base = alice.post(
         "create_sampling_session",
         {"session_id": open_sid, "sampling_session_seq_id": 0, "base_model": TINY},
     )
-    assert base.status_code == 503 and "open-network worker" in base.json()["detail"]
+    assert base.status_code == 200, base.content
+    base_queue = base.json()["queue"]
+    assert (base_queue["kind"], base_queue["waits_for"], base_queue["position"]) == (
+        "sampler",
+        "network",
+        1,
+    )
+    assert "open-network worker" in base_queue["reason"]
+    base_id = base.json()["sampling_session_id"]
+    assert alice.get(f"samplers/{base_id}").json()["queue"] == base_queue
+    assert charlie.get(f"samplers/{base_id}").status_code == 404
     sampler = alice.post(
         "create_sampling_session",
         {"session_id": open_sid, "sampling_session_seq_id": 1, "model_id": waiting},
@@ -278,6 +306,8 @@ def test_open_network_sessions_never_land_on_vpc_workers(alice, add_worker) -> N
     assert info(alice, waiting)["worker"] == "open0"
     live_sampler.refresh_from_db()
     assert live_sampler.worker.name == "open0"  # it followed its model
+    described = alice.get(f"samplers/{base_id}").json()  # and the base sampler left the queue
+    assert (described["worker"], described["queue"]) == ("open0", None)
     assert info(alice, mid)["placement"] == "waiting_for_network"
     assert vpc.drain() == 0
     assert open_worker.drain() == 1

@@ -122,6 +122,11 @@ class FakeServer:
         self.streamed: list[str] = []  # the paths whose answers carried their outcome
         self.stream_pending = 0  # the next streamed answers say try_again instead
         self.cut_streams = 0  # the next streamed answers break off after the handle
+        # the placement queue: the places create_model's pending answers report, one per poll
+        # (the last one again and again while ``queue_forever``), and a new sampler's place
+        self.queue_places: list[dict[str, Any]] = []
+        self.queue_forever = False
+        self.sampler_queue: dict[str, Any] | None = None
         self.transport = httpx.MockTransport(self.handle)
 
     # -- test controls -------------------------------------------------------------------------
@@ -315,7 +320,8 @@ class FakeServer:
                 {**lora.model_dump(), "optimizer": family},
             )
             session["model_ids"].append(model_id)
-        return self._future("create_model", body, key, model_id=f"{key[1]}:train:{key[2]}")
+        handle = self._future("create_model", body, key, model_id=f"{key[1]}:train:{key[2]}")
+        return {**handle, "queue": self.queue_places[0]} if self.queue_places else handle
 
     def _post_get_info(self, body: Any) -> Any:
         model = self._model(lw.GetInfoRequest.model_validate(body).model_id)
@@ -392,7 +398,7 @@ class FakeServer:
             model_path=request.model_path,
             model_id=request.model_id,
         )
-        return {"sampling_session_id": sampler_id}
+        return {"sampling_session_id": sampler_id, "queue": self.sampler_queue}
 
     def _post_asample(self, body: Any) -> Any:
         request = lw.SampleRequest.model_validate(body)
@@ -409,6 +415,16 @@ class FakeServer:
         op = self.ops.get(request.request_id)
         if op is None:
             raise Reject(404, "no such future", "not_found", "request_id")
+        if op.kind == "create_model" and op.outcome is None and self.queue_places:
+            last = self.queue_forever and len(self.queue_places) == 1
+            place = self.queue_places[0] if last else self.queue_places.pop(0)
+            return {
+                "type": "try_again",
+                "request_id": op.request_id,
+                "queue_state": "paused_capacity",
+                "queue_state_reason": place["reason"],
+                "queue": place,
+            }
         if op.outcome is None and not self.hold:
             op.polls_left = max(0, op.polls_left - 1)
             if op.model_id is not None and op.seq_id is not None:

@@ -230,6 +230,19 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "ListSessionInfosResponse": {"sessions": [SESSION_INFO]},
     "ErrorBody": {"detail": "rank must be positive", "code": "invalid", "field": "rank"},
     "VpcConfig": {"subnets": ["subnet-0a1b2c3d"], "security_group_ids": ["sg-0a1b2c3d"]},
+    "QueueStatus": {
+        "position": 2,
+        "waiting": 5,
+        "waits_for": "capacity",
+        "base_model": "b",
+        "network": "open network",
+        "replicas": 1,
+        "reason": "waiting for a free slot on an open-network worker: 1 serves b, it is full",
+        "queued_at": TIME,
+        "estimated_start_at": TIME,
+        "estimate_basis": "models of b held a slot 60 s on average (the last 3 that ended)",
+        "kind": "model",
+    },
 }
 
 MODELS: dict[str, type[BaseModel]] = {

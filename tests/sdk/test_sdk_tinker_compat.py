@@ -123,6 +123,17 @@ EXTRA_FIELDS = {
     ("GetInfoResponse", "next_sampling_session_seq_id"),
     ("GetInfoResponse", "replicas"),
     ("GetInfoResponse", "optimizer"),
+    # the placement queue: where a waiting model or sampler stands
+    ("GetInfoResponse", "placement"),
+    ("GetInfoResponse", "status_reason"),
+    ("GetInfoResponse", "queue"),
+    ("TryAgainResponse", "queue"),
+    ("UntypedAPIFuture", "queue"),
+    # context as a setting
+    ("CreateModelRequest", "context_length"),
+    ("GetInfoResponse", "context_length"),
+    ("CreateSamplingSessionResponse", "queue"),
+    ("GetSamplerResponse", "queue"),
     ("WeightsInfoResponse", "optimizer"),
     ("CreateModelRequest", "replicas"),
     # Fields of the newer protocol (tinker 0.38) that 0.24.1 does not have.
@@ -184,6 +195,7 @@ EXTRA_FIELDS = {
             "s3_output_path",
             "kms_key_arn",
             "vpc_config",
+            "context_length",
         )
     ),
 }

@@ -693,3 +693,55 @@ def test_curves_smoothing_and_log_ticks():
     assert with_zero.count("<circle") == 2  # a log scale leaves out what is not above zero
     nothing = line_chart("Loss", [Series("loss", [(1.0, 0.0)])], log_y=True)
     assert "above zero" in nothing
+
+
+def test_session_page_shows_a_waiting_model_and_sampler_in_the_placement_queue(
+    alice, charlie, worker
+):
+    from controlplane.fleet.models import Worker
+    from controlplane.operations import sampling
+
+    Worker.objects.update(capacity=1)
+    new_session(alice, "holder")  # takes the only slot
+    Subnet.objects.create(tenant=alice.tenant, subnet_id="subnet-0a1b2c3d")
+    session = services.session_create(
+        tenant=alice.tenant,
+        name="queued",
+        platform={
+            "role_arn": alice.role_arn,
+            "vpc_config": {"subnets": ["subnet-0a1b2c3d"], "security_group_ids": ["sg-0a1b2c3d"]},
+        },
+    )
+    sampler = sampling.sampler_create(
+        tenant=alice.tenant,
+        session_id=session.id,
+        seq=0,
+        base_model=BASE_MODEL,
+        model_path=None,
+        model_id=None,
+        queue=True,
+    )
+    open_session = services.session_create(
+        tenant=alice.tenant, name="waits", platform={"role_arn": alice.role_arn}
+    )
+    training.model_create(
+        tenant=alice.tenant,
+        session_id=open_session.id,
+        model_seq_id=0,
+        base_model=BASE_MODEL,
+        lora={"rank": 8},
+    )
+    html = " ".join(alice.get(f"/sessions/{open_session.id}").content.decode().split())
+    assert "Waiting for a worker: waiting for a free slot on an open-network worker" in html
+    assert (
+        "Place in line</dt><dd><strong>1</strong> of 1 waiting for a free slot of "
+        f"<code>{BASE_MODEL}</code></dd>"
+    ) in html
+    assert "Network</dt><dd>open network</dd>" in html
+    assert f'no estimate<span class="hint"> · no estimate yet: no model of {BASE_MODEL}' in html
+    html = " ".join(alice.get(f"/sessions/{session.id}").content.decode().split())
+    assert f"Sampler <code>{sampler.id}</code>" in html
+    assert "waiting for a worker on its network" in html
+    assert "Network</dt><dd>subnet-0a1b2c3d with sg-0a1b2c3d</dd>" in html
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+    assert charlie.get(f"/sessions/{open_session.id}").status_code == 404

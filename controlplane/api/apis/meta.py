@@ -11,6 +11,7 @@ from controlplane.edge.callers import allow
 from controlplane.fleet.selectors import base_model_get, served_base_models
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions.errors import NotFound
+from controlplane.training_sessions.services.context import base_name
 from controlplane.training_sessions.services.placement import served_capabilities
 from loopwright.types import (
     ClientConfigResponse,
@@ -87,7 +88,7 @@ def tokenizer(request: Request) -> Response:
     """The tokenizer files of a base model, so clients never reach a model hub."""
     allow(request, "sessions:ListBaseModels")
     name = request.query_params.get("name", "")
-    model = base_model_get(name)
+    model = base_model_get(base_name(name))  # ``<base>:peft:<n>`` is its base's tokenizer
     if model is None:
         raise NotFound(f"base model {name!r} not found", field="name")
     return Response({"base_model": model.name, "files": model.tokenizer_files})

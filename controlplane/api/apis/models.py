@@ -22,6 +22,7 @@ from controlplane.operations import training
 from controlplane.registry.download_response import package_download_response
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
+from controlplane.training_sessions.queue_status import model_queue_status
 from controlplane.training_sessions.services.lora import optimizer_of, with_optimizer
 from loopwright.types import (
     CreateModelRequest,
@@ -33,7 +34,7 @@ from loopwright.types import (
 from .. import checkpoint_search as checkpoint_searching
 from .. import external_weights
 from ..checkpoint_search import CheckpointSearchQuery
-from ..operation_responses import future
+from ..operation_responses import future, queue_json
 from ..parsing import body_object, parse, query_int
 from .registry import GzipOrJSON
 
@@ -58,6 +59,7 @@ def placement_json(m: TrainingModel) -> dict:
         "worker": m.worker.name if m.worker_id else None,
         "replicas": m.replicas,
         "group": group,
+        "queue": queue_json(model_queue_status(m)),  # its place in line while it waits
     }
 
 
@@ -83,6 +85,7 @@ def create_model(request: Request) -> Response:
         lora=lora,
         user_metadata=req.user_metadata,
         replicas=replicas,
+        context_length=req.context_length,
     )
     return future(request, op, op.model_id)
 
@@ -106,6 +109,7 @@ def get_info(request: Request) -> Response:
             "state": model.state,
             "lora": model.lora,
             "optimizer": optimizer_of(model.lora),
+            "context_length": model.context_length or (base.context_length if base else None),
             "session_id": model.session_id,
             "next_seq_id": selectors.model_next_free_seq(model),
             "next_sampling_session_seq_id": selectors.session_next_free_sampler_seq(model.session),

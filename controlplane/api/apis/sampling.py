@@ -12,13 +12,14 @@ from controlplane.errors import DomainError
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
+from controlplane.training_sessions.queue_status import sampler_queue_status
 from controlplane.training_sessions.services.sample_options import (
     sample_options,
     structure_check,
 )
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
-from ..operation_responses import future
+from ..operation_responses import future, queue_json
 from ..parsing import body_object, parse
 
 
@@ -33,8 +34,15 @@ def create_sampling_session(request: Request) -> Response:
         base_model=req.base_model,
         model_path=req.model_path,
         model_id=req.model_id,
+        queue=True,  # no worker reaches the session's network yet: it waits for one
     )
-    return Response({"type": "create_sampling_session", "sampling_session_id": sampler.id})
+    return Response(
+        {
+            "type": "create_sampling_session",
+            "sampling_session_id": sampler.id,
+            "queue": queue_json(sampler_queue_status(sampler)),
+        }
+    )
 
 
 @api_view(["POST"])
@@ -70,5 +78,7 @@ def sampler_detail(request: Request, sampler_id: str) -> Response:
             "base_model": s.base_model,
             "model_path": s.model_path or None,
             "model_id": s.live_model_id,
+            "worker": s.worker.name if s.worker_id else None,
+            "queue": queue_json(sampler_queue_status(s)),
         }
     )

@@ -15,10 +15,12 @@ from controlplane.kms.selectors import key_resolve
 from controlplane.operations.session_end import session_stop as session_end
 from controlplane.training_sessions import selectors
 from controlplane.training_sessions.models import Recovery, Session, TrainingModel
+from controlplane.training_sessions.queue_status import sampler_queue_status
 from controlplane.training_sessions.services import sessions as services
 from loopwright.types import CreateSessionRequest, CreateSessionResponse, SessionHeartbeatRequest
 
 from .. import bodies, session_reports
+from ..operation_responses import queue_json
 from ..parsing import body_object, body_of, parse, query_int, text
 from ..session_queries import SessionSearchQuery
 from .models import placement_json
@@ -74,15 +76,27 @@ def recovery_json(r: Recovery) -> dict:
 
 
 def session_placement_json(s: Session) -> dict:
-    """Where the session's models run; a live one that waits for a worker says why."""
-    models = list(s.models.select_related("worker").order_by("created_at"))
+    """Where the session's models run; a live one that waits for a worker says why and where
+    it stands in the placement queue, as does a sampler that waits."""
+    models = list(s.models.select_related("worker", "session").order_by("created_at"))
     live = [m for m in models if m.state in TrainingModel.LIVE_STATES]
     waiting = next((m for m in live if m.placement in TrainingModel.WAITING), None)
     shown = waiting or (live or models or [None])[-1]  # else the newest live, else the newest
+    placed = [{"model_id": m.id, "state": m.state, **placement_json(m)} for m in models]
+    samplers = [
+        {"sampler_id": sampler.id, "queue": queue_json(status)}
+        for sampler in s.sampling_sessions.filter(worker__isnull=True, live_model__isnull=True)
+        .select_related("session")
+        .order_by("created_at")
+        if (status := sampler_queue_status(sampler)) is not None
+    ]
+    first = next((m["queue"] for m in placed if m["queue"]), None)
     return {
         "placement": shown.placement if shown else None,
         "status_reason": shown.status_reason if shown else "",
-        "models": [{"model_id": m.id, "state": m.state, **placement_json(m)} for m in models],
+        "queue": first or (samplers[0]["queue"] if samplers else None),
+        "models": placed,
+        "queued_samplers": samplers,
     }
 
 

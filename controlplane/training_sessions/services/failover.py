@@ -27,7 +27,7 @@ from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.iam.resources import model_arn
 
 from ..models import Operation, Recovery, SamplingSession, TrainingModel
-from . import placement
+from . import placement, queue
 
 log = logging.getLogger("loopwright.failover")
 
@@ -197,15 +197,13 @@ def _release(worker: Worker, *, cause: str, by: str, replicated_only: bool = Fal
     )
     what = CAUSE_TEXT[cause]
     for model in models:
-        model.worker = None
-        model.placement = TrainingModel.Placement.WAITING_FOR_WORKER
-        model.status_reason = f"its worker {worker.name} {what}; waiting for another"
-        model.save(update_fields=["worker", "placement", "status_reason"])
+        queue.model_requeue(model, f"its worker {worker.name} {what}; waiting for another")
         if model.next_seq > 0:  # its create_model ran: it has state to bring back
             _record(model, worker, cause=cause, by=by, at=now, requeued=running.get(model.pk, 0))
-    refused: dict = {}
-    for model in models:
-        placement.model_place(model, refused)
+    # The departure changes what the queue's models can have: placement runs again, in the
+    # queue's order (the models moved off keep the place their creation gives them).
+    for base_model in sorted({m.base_model for m in models}):
+        placement.models_place_waiting(base_model=base_model)
     samplers = SamplingSession.objects.filter(worker=worker)
     if replicated_only:
         samplers = samplers.filter(live_model__in=[m.pk for m in models])

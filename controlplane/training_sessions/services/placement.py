@@ -1,7 +1,8 @@
 """Placement: a training model runs on a live worker that serves its base model, matches its
-session's network and has room. Until one does, the model waits (with the reason) and its
-operations queue up; waiting models are placed oldest first when workers register or heartbeat
-and in the janitor's pass, one model per transaction.
+session's network and has room. Until one does, the model waits in the placement queue
+(``queue``: with the reason, fair across tenants) and its operations queue up; waiting models
+are placed in the queue's order when workers register, heartbeat or leave and in the janitor's
+pass, one model per transaction.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
 
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
+from . import queue
 from .group_placement import group_place, sharded_place
 from .recovery import recovery_discard
 from .worker_loads import locked_with_loads
@@ -87,18 +89,13 @@ def session_network(session: Session) -> Network:
 
 
 def models_place_waiting(*, base_model: str | None = None) -> list[str]:
-    """Place the waiting models (of ``base_model``, or all) that a worker can take now, oldest
-    first; the others get the current reason they wait. Returns the ids placed."""
-    waiting = TrainingModel.objects.filter(
-        placement__in=TrainingModel.WAITING, worker__isnull=True
-    ).order_by("created_at", "id")
-    if base_model is not None:
-        waiting = waiting.filter(base_model=base_model)
+    """Place the waiting models (of ``base_model``, or all) that a worker can take now, in the
+    queue's order; the others get the current reason they wait. Returns the ids placed."""
     placed: list[str] = []
-    # Once a (base model, network) finds no worker, younger models asking the same wait too:
-    # they neither query again nor take a slot an older one could not.
+    # Once a (base model, network, replicas) finds no worker, the models after it asking the
+    # same wait too: they neither query again nor take a slot one before them could not.
     refused: dict[tuple, NoWorkerAvailable] = {}
-    for model_id in list(waiting.values_list("id", flat=True)):
+    for model_id in queue.in_order(base_model):
         with transaction.atomic():
             if _place_one(model_id, refused):
                 placed.append(model_id)
@@ -120,29 +117,16 @@ def _place_one(model_id: str, refused: dict[tuple, NoWorkerAvailable]) -> bool:
 
 def model_place_new(model: TrainingModel) -> bool:
     """Place a model just created (in the caller's transaction), or have it wait: when no worker
-    can take it, or behind an older model of its base model and network that waits for a slot."""
-    network = session_network(model.session)
-    older = (
-        TrainingModel.objects.filter(
-            placement=TrainingModel.Placement.WAITING_FOR_CAPACITY,
-            worker__isnull=True,
-            base_model=model.base_model,
-            created_at__lte=model.created_at,
-            replicas=model.replicas,
-        )
-        .exclude(pk=model.pk)
-        .select_related("session")
-        .order_by("created_at", "id")
-    )
-    ahead = next((m for m in older if session_network(m.session) == network), None)
-    if ahead is not None:  # the next pass places the older one first
+    can take it, or behind a model the queue serves first that waits for the same slots."""
+    ahead = queue.first_ahead(model)
+    if ahead is not None:  # the next pass places that one first
         _wait(model, ahead.placement, ahead.status_reason)
         return False
     return _place(model, {})
 
 
 def _place(model: TrainingModel, refused: dict[tuple, NoWorkerAvailable]) -> bool:
-    key = (model.base_model, session_network(model.session), model.replicas)
+    key = queue.queue_key(model)
     why = refused.get(key)
     if why is None:
         try:
@@ -162,25 +146,13 @@ def _place(model: TrainingModel, refused: dict[tuple, NoWorkerAvailable]) -> boo
 
 
 def _wait(model: TrainingModel, placement: str, reason: str) -> None:
-    if (model.placement, model.status_reason) != (placement, reason):
-        model.placement, model.status_reason = placement, reason
-        model.save(update_fields=["placement", "status_reason"])
-
-
-def model_place(model: TrainingModel, refused: dict | None = None) -> bool:
-    """Place a model that has no worker (the caller holds its row lock), or have it wait with
-    the reason; ``refused`` remembers the (base model, network) pairs no worker took."""
-    return _place(model, {} if refused is None else refused)
+    queue.model_wait(model, placement, reason)
 
 
 def _assign(model: TrainingModel, worker: Worker) -> None:
     """The model is the worker's; its queued operations, and the samplers that sample from its
     live weights with theirs, go to the worker's queue after commit."""
-    model.worker = worker
-    model.placement = TrainingModel.Placement.PLACED
-    model.status_reason = ""
-    model.placed_at = timezone.now()
-    model.save(update_fields=["worker", "placement", "status_reason", "placed_at"])
+    queue.model_leave_placed(model, worker)
     model.operations.filter(worker__isnull=True).update(worker=worker)
     samplers = SamplingSession.objects.filter(live_model=model)
     samplers.update(worker=worker)
@@ -284,7 +256,7 @@ def model_end_waiting(model: TrainingModel) -> None:
     """A model that ends before any worker took it (unload, stop, idle expiry): its queued
     operations fail and it is unloaded at once; nothing reaches a worker. The caller holds the
     model's row lock."""
-    reason = model.status_reason or "waiting for a worker"
+    reason = queue.model_leave_ended(model)
     error = f"model {model.id} ended while {reason}; its queued operations did not run"
     pending = list(
         model.operations.filter(status=Operation.Status.PENDING).values_list("id", flat=True)
@@ -296,10 +268,24 @@ def model_end_waiting(model: TrainingModel) -> None:
         finished_at=timezone.now(),
     )
     model.state = TrainingModel.State.UNLOADED
-    model.placement = TrainingModel.Placement.NEVER_PLACED
-    model.status_reason = f"ended while {reason}"
-    model.save(update_fields=["state", "placement", "status_reason"])
+    model.ended_at = timezone.now()
+    model.save(update_fields=["state", "ended_at"])
     recovery_discard(model)
     model.recoveries.filter(outcome=Recovery.Outcome.RESTORING).update(
         outcome=Recovery.Outcome.ENDED
+    )
+
+
+def samplers_end_waiting(session: Session) -> int:
+    """The session ended: its samplers that waited for a worker leave the queue, and their
+    queued samples fail (nothing reaches a worker). Returns how many samples failed."""
+    waiting = SamplingSession.objects.filter(session=session, worker__isnull=True)
+    return Operation.objects.filter(
+        sampling_session__in=waiting, status=Operation.Status.PENDING, worker__isnull=True
+    ).update(
+        status=Operation.Status.FAILED,
+        error=f"session {session.id} ended while its sampler waited for a worker; "
+        "this request did not run",
+        error_category="user",
+        finished_at=timezone.now(),
     )

@@ -28,6 +28,7 @@ PLATFORM_FIELDS = (
     "s3_output_path",
     "kms_key_arn",
     "vpc_config",
+    "context_length",  # of its models and samplers that ask for none (services/context.py)
 )
 
 

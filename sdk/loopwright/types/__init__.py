@@ -60,6 +60,7 @@ from .provenance import (
     ProvenanceSpans,
     SampledProvenanceSpan,
 )
+from .queue import QueueStatus, WaitsFor
 from .sampling import (
     PromptAltTokens,
     SampledSequence,
@@ -182,6 +183,7 @@ __all__ = [
     "ProvenanceSpan",
     "ProvenanceSpans",
     "QueueState",
+    "QueueStatus",
     "RequestErrorCategory",
     "RequestFailedResponse",
     "SampleRequest",
@@ -211,6 +213,7 @@ __all__ = [
     "UnloadModelResponse",
     "UntypedAPIFuture",
     "VpcConfig",
+    "WaitsFor",
     "WeightsInfoRequest",
     "WeightsInfoResponse",
     "params_family",

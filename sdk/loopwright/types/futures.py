@@ -6,6 +6,7 @@ from typing import Literal
 
 from ._base import RequestModel, ResponseModel
 from .limits import Id
+from .queue import QueueStatus
 
 __all__ = [
     "FutureRetrieveRequest",
@@ -34,6 +35,10 @@ class UntypedAPIFuture(ResponseModel):
     """A sample request's sequence ids, one per sample, in order (``SampledSequence.sequence_id``
     of its result): stable across retries, unique in the account."""
 
+    queue: QueueStatus | None = None
+    """A create_model that no worker can take now: its place in the placement queue
+    (Loopwright)."""
+
 
 class FutureRetrieveRequest(RequestModel):
     """Poll a future (the server holds the call up to ~45 s while it is pending)."""
@@ -59,6 +64,10 @@ class TryAgainResponse(ResponseModel):
 
     queue_state_reason: str | None = None
     """A human-readable explanation of queue_state."""
+
+    queue: QueueStatus | None = None
+    """Where its model or sampler stands in the placement queue while no worker can take it
+    (Loopwright); None while it is not queued."""
 
 
 class RequestFailedResponse(ResponseModel):

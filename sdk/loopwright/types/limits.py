@@ -28,6 +28,7 @@ __all__ = [
     "Arn",
     "BaseModelName",
     "CheckpointName",
+    "ContextLength",
     "Counter",
     "FiniteFloat",
     "Id",
@@ -66,6 +67,10 @@ of the request its model runs next)."""
 
 Counter = Annotated[int, Field(ge=0, le=INT32_MAX)]
 """A client's counter of models, samplers or sample requests in its session: 0 to 2^31 − 1."""
+
+ContextLength = Annotated[int, Field(ge=1, le=INT32_MAX)]
+"""A context length in tokens: 1 to 2^31 − 1 on the wire; the base model's maximum bounds it
+further (get_server_capabilities' max_context_length)."""
 
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 """A token id: 0 to 2^31 − 1 on the wire; the base model's vocabulary bounds it further."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from ._base import RequestModel, ResponseModel
-from .limits import BaseModelName, Counter, Id, Metadata, Replicas
+from .limits import BaseModelName, ContextLength, Counter, Id, Metadata, Replicas
 from .lora import LoraConfig
 from .optim import OptimizerConfig
+from .queue import QueueStatus
 
 __all__ = [
     "CreateModelRequest",
@@ -30,7 +31,8 @@ class CreateModelRequest(RequestModel):
     """Counter of models within the client session."""
 
     base_model: BaseModelName
-    """Name of the base model to fine-tune."""
+    """Name of the base model to fine-tune; tinker's ``<base>:peft:<n>`` names ask for a
+    context of ``n`` tokens, as ``context_length`` does."""
 
     user_metadata: Metadata | None = None
     """Free-form metadata of the training run, set by the user."""
@@ -46,6 +48,11 @@ class CreateModelRequest(RequestModel):
     """Data-parallel workers the model trains on, each holding the whole base and the adapter;
     None means 1 (Loopwright extension). At most the account's ``max_replicas`` quota and the
     number of live workers that serve the base model."""
+
+    context_length: ContextLength | None = None
+    """The context its requests are held to, in tokens, at most the base model's maximum; None
+    means the session's, else that maximum (Loopwright extension). Priced per token as any
+    other: the setting costs nothing by itself."""
 
     type: Literal["create_model"] = "create_model"
     """Request kind tag."""
@@ -121,6 +128,19 @@ class GetInfoResponse(ResponseModel):
 
     optimizer: str | None = None
     """The model's optimizer family, ``adamw`` or ``dimuon`` (Loopwright)."""
+
+    placement: str | None = None
+    """"placed", or why it waits for a worker ("waiting_for_capacity", "waiting_for_worker",
+    "waiting_for_network") (Loopwright)."""
+
+    status_reason: str | None = None
+    """Why it waits, for people; empty once placed (Loopwright)."""
+
+    queue: QueueStatus | None = None
+    """Its place in the placement queue while it waits (Loopwright)."""
+
+    context_length: int | None = None
+    """The context its requests are held to, in tokens (Loopwright)."""
 
 
 class UnloadModelRequest(RequestModel):

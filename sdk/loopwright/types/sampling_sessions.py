@@ -6,6 +6,7 @@ from typing import Literal
 
 from ._base import RequestModel, ResponseModel
 from .limits import BaseModelName, Counter, Id, TinkerPath
+from .queue import QueueStatus
 
 __all__ = [
     "CreateSamplingSessionRequest",
@@ -46,6 +47,10 @@ class CreateSamplingSessionResponse(ResponseModel):
     sampling_session_id: str
     """Id to pass in sample requests."""
 
+    queue: QueueStatus | None = None
+    """Where it stands in the placement queue when no worker can take it yet (Loopwright): its
+    samples wait until one can; None when it has a worker."""
+
 
 class GetSamplerResponse(ResponseModel):
     """What a sampler samples from."""
@@ -58,3 +63,6 @@ class GetSamplerResponse(ResponseModel):
 
     model_path: str | None = None
     """tinker:// path of the weights, if any."""
+
+    queue: QueueStatus | None = None
+    """Where it stands in the placement queue while no worker can take it (Loopwright)."""

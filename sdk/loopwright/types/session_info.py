@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ._base import ResponseModel
+from .queue import QueueStatus
 
 __all__ = ["ErrorBody", "ListSessionInfosResponse", "SessionInfo", "SessionState"]
 
@@ -50,6 +51,10 @@ class SessionInfo(ResponseModel):
 
     status_reason: str | None = None
     """Why a model of the session waits, for people; empty when none waits."""
+
+    queue: QueueStatus | None = None
+    """Where the session's first waiting model (else sampler) stands in the placement queue;
+    None when nothing of it waits."""
 
 
 class ListSessionInfosResponse(ResponseModel):

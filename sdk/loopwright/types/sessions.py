@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from ._base import RequestModel, ResponseModel
-from .limits import MAX_TAGS, Arn, Id, Metadata, ShortText, Tag
+from .limits import MAX_TAGS, Arn, ContextLength, Id, Metadata, ShortText, Tag
 from .vpc import VpcConfig
 
 __all__ = [
@@ -57,6 +57,10 @@ class CreateSessionRequest(RequestModel):
     vpc_config: VpcConfig | None = None
     """Where the session's work runs: {"subnets": [...], "security_group_ids": [...]} (Loopwright
     extension)."""
+
+    context_length: ContextLength | None = None
+    """The context, in tokens, of the session's models and samplers that ask for none of their
+    own, at most each one's base model's maximum (Loopwright extension)."""
 
     type: Literal["create_session"] = "create_session"
     """Request kind tag."""
