@@ -69,6 +69,7 @@ def submit(
         payload=payload,
         payload_digest=digest(payload),
         created_at=now,
+        api_key=audit.api_key,  # the key whose request it is
     )
     stale = now - timedelta(seconds=TOUCH_SECONDS)
     outcome = audit.outcome

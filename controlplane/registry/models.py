@@ -94,3 +94,16 @@ class ModelPackage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group.name}/{self.version}"
+
+
+class RetentionRule(models.Model):
+    """Which versions of a group keep their weights: the newest ``keep_last`` (None: all), and
+    approved ones unless ``keep_approved`` is off. Older weights are deleted from storage."""
+
+    group = models.OneToOneField(
+        ModelPackageGroup, on_delete=models.CASCADE, related_name="retention"
+    )
+    keep_last = models.PositiveIntegerField(null=True, blank=True)
+    keep_approved = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=400, blank=True)
