@@ -69,14 +69,14 @@ def budget_check(budget: Budget, *, now: datetime) -> list[BudgetAlert]:
     fired = []
     for threshold in sorted(budget.thresholds):
         if share >= threshold:
-            alert = _fire(budget, span, threshold, used, limit)
+            alert = _fire(budget, span, threshold, used, limit, now=now)
             if alert is not None:
                 fired.append(alert)
     return fired
 
 
 def _fire(
-    budget: Budget, span: Span, threshold: int, used: Decimal, limit: Decimal
+    budget: Budget, span: Span, threshold: int, used: Decimal, limit: Decimal, *, now: datetime
 ) -> BudgetAlert | None:
     """Record the alert, its audit row and its delivery; None if it was recorded already."""
     try:
@@ -96,7 +96,7 @@ def _fire(
                 reason=alert_text(budget, span, threshold, used, limit)[:1000],
             )
             if budget.webhook_url and budget.webhook_secret:
-                _queue(budget, alert, span)
+                _queue(budget, alert, span, now=now)
     except IntegrityError:  # fired already (by a concurrent check)
         return None
     return alert
@@ -143,7 +143,7 @@ def event_body(budget: Budget, alert: BudgetAlert, span: Span, event_id: str) ->
     }
 
 
-def _queue(budget: Budget, alert: BudgetAlert, span: Span) -> None:
+def _queue(budget: Budget, alert: BudgetAlert, span: Span, *, now: datetime) -> None:
     event_id = f"evt_{secrets.token_hex(16)}"
     body = json.dumps(event_body(budget, alert, span, event_id), separators=(",", ":"))
     WebhookDelivery.objects.create(
@@ -153,5 +153,5 @@ def _queue(budget: Budget, alert: BudgetAlert, span: Span) -> None:
         event_id=event_id,
         url=budget.webhook_url,
         body=body,
-        next_attempt_at=timezone.now(),
+        next_attempt_at=now,  # due at once: the next housekeeping run sends it
     )
