@@ -24,6 +24,7 @@ from ._download import download_model_package
 from ._http import HTTPClient, RawBody, RetryPolicy
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
+from .costs import Costs
 from .errors import APIError
 from .sampling_client import SamplingClient, open_sampling_session
 from .training_client import TrainingClient, check_training_path
@@ -60,11 +61,12 @@ def _sdk_version() -> str:
     return __version__
 
 
-class ServiceClient:
+class ServiceClient(Costs):
     """Talks to one Loopwright server with one API key. Use ``with`` so sessions stop on exit.
 
     The API key, server and session role come from the arguments or ``LOOPWRIGHT_API_KEY`` /
     ``LOOPWRIGHT_BASE_URL`` / ``LOOPWRIGHT_ROLE_ARN``. Nothing is sent until the first call.
+    ``report_cost=True`` prints what each session it opened cost once they stop (on close).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class ServiceClient:
         retry: RetryPolicy | None = None,
         heartbeat_interval: float = 10.0,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        report_cost: bool = False,
     ) -> None:
         # checked first, so a bad one fails before anything starts or is sent
         vpc = VpcConfig.model_validate(vpc_config) if vpc_config is not None else None
@@ -106,6 +109,7 @@ class ServiceClient:
             "kms_key_arn": kms_key_arn,
             "vpc_config": vpc,
         }
+        self._report_cost = report_cost
         self._user_metadata = user_metadata
         self._tags = list(tags or [])
         self._project_id = project_id
@@ -164,6 +168,9 @@ class ServiceClient:
     def session_id(self) -> str:
         """The default session (for samplers made here), opened on first use."""
         return self._session().session_id
+
+    def _default_session_id(self) -> str:
+        return self.session_id
 
     def list_sessions(self) -> list[SessionInfo]:
         """The caller's sessions, newest first."""
@@ -446,8 +453,20 @@ class ServiceClient:
         try:
             self._runtime.cancel_pending()  # first, so pending futures fail as "closed"
             self.stop()
+            if self._report_cost:
+                self._print_final_costs()
         finally:
             self._runtime.close()
+
+    def _print_final_costs(self) -> None:
+        """Each session this client opened: its cost at its end."""
+        with self._lock:
+            opened = [s.session_id for s in self._sessions]
+        for session_id in opened:
+            try:
+                print(self.get_session_usage(session_id).describe("in all"))
+            except APIError as error:
+                logger.warning("could not read the cost of %s: %s", session_id, error)
 
     def __enter__(self) -> ServiceClient:
         return self
