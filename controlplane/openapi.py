@@ -48,6 +48,7 @@ from controlplane.api.apis import (
     sampling,
     sessions,
     training,
+    uploads,
 )
 from controlplane.api.checkpoint_search import CheckpointSearchQuery
 from controlplane.api.session_queries import SessionSearchQuery
@@ -225,6 +226,18 @@ ROUTES: dict[Callable, dict[str, Op]] = {
     training.save_weights_external: {"POST": _future(wire.SaveWeightsExternalRequest)},
     training.load_weights: {"POST": _future(wire.LoadWeightsRequest)},
     copies.copy_weights: {"POST": Op(request=wire.CopyWeightsRequest, ok=wire.CopyWeightsResponse)},
+    uploads.external_weights_upload_start: {
+        "POST": Op(
+            request=wire.ExternalWeightsUploadStartRequest,
+            ok=wire.ExternalWeightsUploadStartResponse,
+        )
+    },
+    uploads.external_weights_upload_finish: {
+        "POST": Op(
+            request=wire.ExternalWeightsUploadFinishRequest,
+            ok=wire.ExternalWeightsUploadFinishResponse,
+        )
+    },
     sampling.create_sampling_session: {
         "POST": Op(request=wire.CreateSamplingSessionRequest, ok=wire.CreateSamplingSessionResponse)
     },
@@ -389,6 +402,19 @@ ROUTES: dict[Callable, dict[str, Op]] = {
                     "token",
                     str,
                     "the link's signed claim (from external_weights_urls)",
+                    required=True,
+                )
+            ],
+        )
+    },
+    uploads.signed_upload: {
+        "PUT": Op(
+            request=OpenApiTypes.BINARY,
+            query=[
+                q(
+                    "token",
+                    str,
+                    "the link's signed claim (from external_weights_upload_start)",
                     required=True,
                 )
             ],

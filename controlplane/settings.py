@@ -282,6 +282,10 @@ REQUESTS_PER_MINUTE = env.int("LOOPWRIGHT_REQUESTS_PER_MINUTE", default=6000)
 MONTHLY_TOKEN_BUDGET = env.int("LOOPWRIGHT_MONTHLY_TOKEN_BUDGET", default=None)
 # The most data-parallel replicas (workers) one training model may ask for.
 MAX_REPLICAS = env.int("LOOPWRIGHT_MAX_REPLICAS", default=8)
+# Bytes of recorded sampled sequences (record_stability_info) a tenant may keep at once, and how
+# long one stays citable after its last use (docs/tinker-protocol.md, "Recorded sampling").
+MAX_RECORDED_BYTES = env.int("LOOPWRIGHT_MAX_RECORDED_BYTES", default=1024**3)
+RECORDED_SEQUENCE_SECONDS = env.int("LOOPWRIGHT_RECORDED_SEQUENCE_SECONDS", default=24 * 3600)
 RATE_LIMIT_REDIS_URL = env.str("LOOPWRIGHT_RATE_LIMIT_REDIS_URL", default="") or (
     BROKER_URL if BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )

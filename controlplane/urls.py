@@ -1,5 +1,6 @@
 """URL map: the Tinker wire protocol under /api/v1/, OpenAI-compatible endpoints and Anthropic's
-Messages under /v1/, SageMaker's control plane at /sagemaker, the dashboard at the root."""
+Messages under /v1/, SageMaker's control plane at /sagemaker and its runtime under
+/sagemaker-runtime/, the dashboard at the root."""
 
 from django.urls import include, path
 
@@ -15,6 +16,8 @@ urlpatterns = [
     path("v1/", include("controlplane.anthropic_api.urls")),  # messages, messages/count_tokens
     # SageMaker's control plane (AWS JSON 1.1, SigV4): botocore posts to the endpoint URL as is
     path("sagemaker", sagemaker),
+    # SageMaker's training-session runtime (REST-JSON, SigV4): the paths of its service model
+    path("sagemaker-runtime/", include("controlplane.sagemaker_runtime.urls")),
     path("", include("web.urls")),
 ]
 openapi.document_all()  # every route of /api/v1 and /v1 described in the OpenAPI document

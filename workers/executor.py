@@ -85,10 +85,10 @@ def run_training(
             return {"model_id": adapter}
         kind = "load_weights"  # a model made by load_weights: the checkpoint goes in at once
     if kind == "forward":
-        out = host.forward(adapter, ForwardBackwardInput.model_validate(payload["forward_input"]))
+        out = host.forward(adapter, engine_batch(payload, "forward_input"))
         return out.model_dump(mode="json")
     if kind == "forward_backward":
-        fwd = ForwardBackwardInput.model_validate(payload["forward_backward_input"])
+        fwd = engine_batch(payload, "forward_backward_input")
         return host.forward_backward(adapter, fwd).model_dump(mode="json")
     if kind == "optim_step":
         return host.optim_step(adapter, optim_params(payload)).model_dump(mode="json")
@@ -108,6 +108,30 @@ def run_training(
             host.remove_adapter(adapter)
         return {"model_id": adapter, "type": "unload_model"}
     raise ValueError(f"unknown operation kind {kind!r}")
+
+
+def engine_batch(payload: dict, key: str) -> ForwardBackwardInput:
+    """The batch an operation's payload gives the engine: the request's, each datum's
+    ``loss_fn_inputs`` completed with what the service took for it from the recorded sequences
+    it cites (the payload's ``recorded`` part: ``logprobs`` and ``sampled_mask``), if any."""
+    batch = payload[key]
+    recorded = payload.get("recorded")
+    if recorded:
+        data = [
+            {
+                **datum,
+                "loss_fn_inputs": {
+                    **datum["loss_fn_inputs"],
+                    **{
+                        name: {"data": values, "dtype": "float32", "shape": [len(values)]}
+                        for name, values in taken.items()
+                    },
+                },
+            }
+            for datum, taken in zip(batch["data"], recorded["datums"], strict=True)
+        ]
+        batch = {**batch, "data": data}
+    return ForwardBackwardInput.model_validate(batch)
 
 
 def optim_params(payload: dict) -> OptimParams:
@@ -264,9 +288,9 @@ def run_packed(host: ModelHost, kind: str, items: Sequence[tuple[dict, dict]]) -
 def _packed_request(kind: str, payload: dict, plan: dict) -> tuple:
     adapter = plan["adapter"]
     if kind == "forward":
-        return adapter, ForwardBackwardInput.model_validate(payload["forward_input"])
+        return adapter, engine_batch(payload, "forward_input")
     if kind == "forward_backward":
-        return adapter, ForwardBackwardInput.model_validate(payload["forward_backward_input"])
+        return adapter, engine_batch(payload, "forward_backward_input")
     if kind == "optim_step":
         return adapter, optim_params(payload)
     raise ValueError(f"operation kind {kind!r} does not pack")

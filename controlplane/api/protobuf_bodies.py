@@ -3,7 +3,8 @@ message, optionally zstd-compressed, decoded into the same JSON shape a JSON cli
 one validation (the SDK's wire types) serves both protocols.
 
 Decompression stops at ``LOOPWRIGHT_MAX_REQUEST_BYTES`` (413 naming it); malformed bytes,
-truncated frames, unknown dtypes and odd byte lengths are 400s naming the field.
+truncated frames, unknown dtypes and odd byte lengths are 400s naming the field. Provenance spans
+become the JSON spans of ``loopwright.types.provenance``.
 """
 
 from __future__ import annotations
@@ -142,6 +143,27 @@ def _chunk(msg: Any, field: str, fail) -> dict:
     raise fail(f"{field}: {what} not supported", field)
 
 
+def _spans(msgs: Any, field: str) -> list[dict]:
+    """Provenance spans as their JSON form (``loopwright.types.provenance``); an unset arm is
+    kept as such, for the wire types to refuse by name."""
+    spans = []
+    for msg in msgs:
+        arm = msg.WhichOneof("span")
+        if arm is None:
+            spans.append({"type": None})
+            continue
+        span = getattr(msg, arm)
+        spans.append(
+            {
+                "type": arm,
+                "sequence_id": span.sequence_id,
+                "offset": span.offset,
+                "length": span.length,
+            }
+        )
+    return spans
+
+
 def decode_forward_backward(raw: bytes) -> dict:
     """A ``ForwardBackwardRequest`` message as the JSON body of the request it stands for: a
     ``ForwardRequest`` (``forward_input``) when ``forward_only`` is set, else a
@@ -162,6 +184,11 @@ def decode_forward_backward(raw: bytes) -> dict:
     texts = [msg.loss_fn, *msg.loss_fn_config, *msg.loss_fn_config_v2]
     texts += [v.text for v in msg.loss_fn_config_v2.values()]
     texts += [name for datum in msg.data for name in datum.loss_fn_inputs]
+    texts += [
+        getattr(span, span.WhichOneof("span") or "prompt_tokens").sequence_id
+        for datum in msg.data
+        for span in (*datum.model_input_spans, *datum.loss_fn_input_spans)
+    ]
     if any("\x00" in t for t in texts):
         raise fail("text in the message must not contain NUL", "forward_backward_input")
 
@@ -177,7 +204,13 @@ def decode_forward_backward(raw: bytes) -> dict:
             name: _tensor(t, f"{at}.loss_fn_inputs.{name}", fail)
             for name, t in datum.loss_fn_inputs.items()
         }
-        data.append({"model_input": {"chunks": chunks}, "loss_fn_inputs": inputs})
+        entry: dict = {"model_input": {"chunks": chunks}, "loss_fn_inputs": inputs}
+        if datum.model_input_spans or datum.loss_fn_input_spans:  # provenance: both or neither
+            entry["model_input_spans"] = _spans(datum.model_input_spans, f"{at}.model_input_spans")
+            entry["loss_fn_input_spans"] = _spans(
+                datum.loss_fn_input_spans, f"{at}.loss_fn_input_spans"
+            )
+        data.append(entry)
     # the v2 map (numbers and strings) wins where both are set, as the SDK intends
     config: dict[str, Any] = dict(msg.loss_fn_config)
     for name, value in msg.loss_fn_config_v2.items():

@@ -21,6 +21,7 @@ from .apis import (
     sampling,
     sessions,
     training,
+    uploads,
 )
 
 urlpatterns = [
@@ -72,6 +73,8 @@ urlpatterns = [
     path("save_weights_external", training.save_weights_external),
     path("load_weights", training.load_weights),
     path("copy_weights", copies.copy_weights),
+    path("external_weights_upload_start", uploads.external_weights_upload_start),
+    path("external_weights_upload_finish", uploads.external_weights_upload_finish),
     path("create_sampling_session", sampling.create_sampling_session),
     path("asample", sampling.asample),
     path("samplers/<str:sampler_id>", sampling.sampler_detail),
@@ -125,4 +128,5 @@ urlpatterns = [
     ),
     path("registry/model-packages/download", registry.download_by_path),
     path("registry/signed-downloads", models.signed_download),
+    path("registry/signed-uploads", uploads.signed_upload),
 ]

@@ -47,6 +47,10 @@ def per_period(budget: Budget) -> str:
     return "in total" if budget.period == Budget.Period.TOTAL else f"per {budget.period}"
 
 
+def this_period(budget: Budget) -> str:
+    return "in total" if budget.period == Budget.Period.TOTAL else f"this {budget.period}"
+
+
 def refusal_text(
     budget: Budget,
     span: Span,

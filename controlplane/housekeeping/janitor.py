@@ -1,10 +1,10 @@
 """Periodic housekeeping: declare dead the workers silent past their lease (their models move),
 expire idle sessions (their models are unloaded), old checkpoints and
-their model package versions, apply groups' retention rules, delete KMS keys past their deletion
-date, place models that wait for a worker, prune the audit log, drained login and sign-up
-throttles and finished request-rate windows, meter closed hours of checkpoint storage, check
-budgets' thresholds and send their webhooks, and push closed usage windows to Stripe when a key
-is configured."""
+their model package versions, recorded sampled sequences past their day, apply groups' retention
+rules, delete KMS keys past their deletion date, place models that wait for a worker, prune the
+audit log, drained login and sign-up throttles and finished request-rate windows, meter closed
+hours of checkpoint storage, check budgets' thresholds and send their webhooks, and push closed
+usage windows to Stripe when a key is configured."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from controlplane.training_sessions.services.placement import (
     models_place_waiting,
     samplers_place_waiting,
 )
+from controlplane.training_sessions.services.recordings import recordings_expire
 from controlplane.training_sessions.services.retention import checkpoints_expire
 
 log = logging.getLogger("loopwright.janitor")
@@ -43,6 +44,9 @@ def sweep(*, push_billing: bool = True) -> dict:
     checkpoints = checkpoints_expire()
     if checkpoints:
         log.info("deleted %d expired checkpoints", len(checkpoints))
+    recorded = recordings_expire()
+    if recorded:
+        log.info("deleted %d expired recorded samples", recorded)
     packages = packages_expire()
     if packages:
         log.info("deleted %d expired model package versions", len(packages))
@@ -76,6 +80,7 @@ def sweep(*, push_billing: bool = True) -> dict:
         "pruned_audit_events": pruned,
         "expired_sessions": expired,
         "expired_checkpoints": checkpoints,
+        "expired_recordings": recorded,
         "expired_packages": packages,
         "retained_checkpoints": retained,
         "budget_alerts": len(alerts),

@@ -58,6 +58,11 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ),
         ("CopyCheckpoint", "checkpoint", "Copy a checkpoint into a session or the account"),
         ("SetCheckpointTtl", "checkpoint", "Set or remove a checkpoint's expiry (TTL)"),
+        (
+            "UploadExternalWeights",
+            "checkpoint",
+            "Upload weights trained elsewhere as a sampler checkpoint of the account",
+        ),
         ("ListBaseModels", "*", "List the base models that can be trained"),
         ("CreateChatCompletion", "checkpoint", "Chat completion on a checkpoint's sampler weights"),
     ],

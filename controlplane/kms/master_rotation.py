@@ -33,7 +33,8 @@ def master_key_rewrap(*, old: MasterKey, new: MasterKey, strict: bool = True) ->
         counts = {"kms key versions": _key_versions(old, new, strict=strict)}
         for name, rewrap in _REWRAPPERS.items():
             counts[name] = rewrap(old, new)
-    log.info("KMS master key: re-wrapped %s", counts)
+    if any(counts.values()):  # a fresh or current install has nothing to say at every start
+        log.info("KMS master key: re-wrapped %s", counts)
     return counts
 
 

@@ -1,5 +1,6 @@
 """The request bodies of ``/v1/chat/completions`` and ``/v1/completions``, as OpenAI defines
-them; an unknown or unsupported parameter is a 400 naming it."""
+them, with Loopwright's sampling controls beside OpenAI's own (docs/sampling.md); an unknown or
+unsupported parameter, or a value out of its range, is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controlplane.errors import DomainError
 from loopwright.types.limits import INT32_MAX, TokenId
+from loopwright.types.sampling_controls import LogitBias, MinP, Penalty, RepetitionPenalty
+
+from .response_format import ResponseFormat
 
 MAX_CHOICES = 128  # n × prompts: the engine's samples per request
 MAX_STOPS = 16
@@ -56,9 +60,16 @@ class _Sampling(_Body):
     seed: int | None = Field(None, ge=-(2**63), lt=2**63)
     stream: bool | None = None
     stream_options: StreamOptions | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    logit_bias: LogitBias | None = None
+    min_p: MinP | None = None
+    """Not OpenAI's (as vLLM takes it): keep tokens at least min_p × the likeliest's probability."""
+    repetition_penalty: RepetitionPenalty | None = None
+    """Not OpenAI's (as vLLM takes it): > 0, 1 is off."""
+    logprobs_mode: Literal["sampled", "model"] | None = None
+    """Not OpenAI's: the law of the returned logprobs (default ``sampled``)."""
+    response_format: ResponseFormat | None = None
     user: str | None = None
     # accepted for compatibility; they change nothing here
     metadata: dict[str, str] | None = None
@@ -67,11 +78,6 @@ class _Sampling(_Body):
 
     @model_validator(mode="after")
     def _supported(self) -> _Sampling:
-        for name in ("frequency_penalty", "presence_penalty"):
-            if getattr(self, name):
-                raise _unsupported(name, "only 0 (no penalty) is supported")
-        if self.logit_bias:
-            raise _unsupported("logit_bias", "is not supported")
         if self.stream_options is not None and not self.stream:
             raise _unsupported("stream_options", "is only allowed when stream is true")
         if self.top_k == 0:
@@ -104,7 +110,6 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -113,8 +118,6 @@ class ChatCompletionRequest(_Sampling):
     def _chat_supported(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise _unsupported("top_logprobs", "needs logprobs to be true")
-        if self.response_format and self.response_format.get("type") != "text":
-            raise _unsupported("response_format", "only {'type': 'text'} is supported")
         if self.tools:
             raise _unsupported("tools", "tool calls are not supported")
         if self.tool_choice not in (None, "none"):

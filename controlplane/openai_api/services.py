@@ -11,8 +11,10 @@ from controlplane.completions.names import Authorize
 from controlplane.completions.rendering import RenderError
 from controlplane.completions.services import Completed, Prepared, prepare, prepared_complete
 from controlplane.tenants.models import Tenant
+from controlplane.training_sessions.services import vocabulary
 from loopwright.types import SamplingParams
 
+from .response_format import schema_of
 from .schemas import ChatCompletionRequest, CompletionRequest
 
 if TYPE_CHECKING:
@@ -66,6 +68,7 @@ def _prepared(
     id_prefix: str,
     api_key: str,
 ) -> Prepared:
+    _bias_check(req, sampler.base_model)
     return prepare(
         sampler=sampler,
         tokenizer=tokenizer,
@@ -89,7 +92,30 @@ def _params(req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
         temperature=1.0 if req.temperature is None else req.temperature,
         top_k=-1 if req.top_k is None else req.top_k,
         top_p=1.0 if req.top_p is None else req.top_p,
+        **_controls(req),
     )
+
+
+def _controls(req: ChatCompletionRequest | CompletionRequest) -> dict:
+    """The request's sampling controls as ``SamplingParams`` fields; a value that changes
+    nothing (a 0 penalty, a repetition penalty of 1, an empty bias) is left out, so that it is
+    the same request as without it."""
+    given = {
+        "min_p": req.min_p or None,
+        "repetition_penalty": None if req.repetition_penalty == 1 else req.repetition_penalty,
+        "presence_penalty": req.presence_penalty or None,
+        "frequency_penalty": req.frequency_penalty or None,
+        "logit_bias": req.logit_bias or None,
+        "json_schema": schema_of(req.response_format),
+        "logprobs_of": None if req.logprobs_mode == "sampled" else req.logprobs_mode,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _bias_check(req: ChatCompletionRequest | CompletionRequest, base_model: str) -> None:
+    if req.logit_bias:
+        highest = max(int(token) for token in req.logit_bias)
+        vocabulary.vocab_check(base_model=base_model, highest=highest, field="logit_bias")
 
 
 def chat_complete(

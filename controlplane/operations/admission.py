@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from controlplane import dispatch
 from controlplane.training_sessions.errors import Conflict, NotActive
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
+from controlplane.training_sessions.services.provenance import RECORDED_KEY
 
 OPEN_STATES = (Session.State.PENDING, Session.State.ACTIVE)
 TOUCH_SECONDS = 5.0
@@ -23,6 +24,19 @@ def digest(payload: dict) -> str:
     return hashlib.sha256(
         json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
+
+
+def retry_key(kind: str, payload: dict) -> dict:
+    """What a retry of the request repeats: its payload but what the service added to it (what
+    a training request took from the recorded sequences it cites, ``provenance``). The tinker
+    SDK draws a new sampler number for each attempt of an ephemeral sampler save
+    (``sampling_session_seq_id``): the seq_id and the rest of the request say it is the same
+    save, which keeps the number its first attempt took."""
+    if RECORDED_KEY in payload:
+        payload = {k: v for k, v in payload.items() if k != RECORDED_KEY}
+    if kind == Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER and payload.get("path") is None:
+        return {k: v for k, v in payload.items() if k != "sampling_session_seq_id"}
+    return payload
 
 
 def require_open(session: Session) -> None:

@@ -2,7 +2,8 @@
 on, its effects applied and its usage rows written, in one transaction.
 
 Completing stores the result, advances ``next_seq`` and applies the operation's effects (model
-ready, checkpoint recorded and registered, sampler opened, model unloaded) at once; a kind with
+ready, checkpoint recorded and registered, sampler opened, model unloaded, sampled sequences
+recorded) at once; a kind with
 no effects is completed in one statement on PostgreSQL. Every completion is fenced by the
 worker's lease generation. A model that cannot be restored after its worker was lost fails
 with its unfinished operations (``restore_failed``).
@@ -32,7 +33,7 @@ from controlplane.training_sessions.models import (
     Session,
     TrainingModel,
 )
-from controlplane.training_sessions.services import recovery
+from controlplane.training_sessions.services import recordings, recovery
 from controlplane.training_sessions.services.sessions import (
     session_fail_if_unstarted,
     session_finish_if_unloaded,
@@ -90,6 +91,10 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
     before = op.status, op.result, op.finished_at
     op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
+    if recordings.records(op):  # its sequences are recorded in the same statement
+        cte, params = recordings.recording_write_cte(op, result, now, gate="done")
+        usage_ctes = f"{usage_ctes}, {cte}" if usage_ctes else cte
+        usage_params = usage_params + params
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
     fenced, fence_params = fence.sql()
     sql = f"""
@@ -198,6 +203,8 @@ def _apply_effects(op: Operation, result: dict) -> None:
     elif kind in (Operation.Kind.SAVE_WEIGHTS, Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER):
         _record_checkpoint(op, result)
         recovery.recovery_from_save(op, result)
+    elif recordings.records(op):
+        recordings.recording_insert(op, result, op.finished_at or timezone.now())
 
 
 def _model_ended(model_id: str, state: str = TrainingModel.State.UNLOADED) -> None:

@@ -29,6 +29,7 @@ from controlplane.training_sessions.selectors import (
 )
 from controlplane.training_sessions.services import placement, vocabulary
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
+from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
 
 from .admission import create_op, digest, existing_or_conflict, require_open, require_ready
@@ -225,6 +226,11 @@ def sample_submit(
         require_ready(sampler.live_model)
     highest = vocabulary.highest_sampled(payload)
     vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
+    vocabulary.vocab_check(
+        base_model=sampler.base_model,
+        highest=vocabulary.highest_biased(payload),
+        field="sampling_params.logit_bias",
+    )
     budget_hold = admit(
         tenant=tenant,
         session=sampler.session,
@@ -233,6 +239,8 @@ def sample_submit(
         payload=payload,
         base_model=sampler.base_model,
     )
+    if payload.get("record_stability_info"):
+        recordings_quota_check(tenant=tenant)
     session_touch(sampler.session)
     fields = dict(
         tenant=tenant,

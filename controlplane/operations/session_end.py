@@ -1,5 +1,6 @@
 """Ending a session: its live models are unloaded after the operations already queued (each an
-unload operation in its ``seq_id`` order), then the session is over; idle sessions expire so."""
+unload operation in its ``seq_id`` order), its recorded sampled sequences are deleted, then the
+session is over; idle sessions expire so."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.utils import timezone
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Session, TrainingModel
 from controlplane.training_sessions.selectors import session_get
+from controlplane.training_sessions.services.recordings import recordings_end_session
 
 from .training import model_unload
 
@@ -39,6 +41,7 @@ def session_stop(
     )
     session.ended_at = timezone.now()
     session.save(update_fields=["state", "ended_at"])
+    recordings_end_session(session.id)  # nothing can cite them any more
     return session
 
 

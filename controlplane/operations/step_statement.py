@@ -26,7 +26,7 @@ from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 
-from .admission import OPEN_STATES, TOUCH_SECONDS, digest
+from .admission import OPEN_STATES, TOUCH_SECONDS, digest, retry_key
 
 READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the model's row rather than from a value
@@ -67,7 +67,7 @@ def submit(
         seq_id=seq_id,
         kind=kind,
         payload=payload,
-        payload_digest=digest(payload),
+        payload_digest=digest(retry_key(kind, payload)),
         created_at=now,
         api_key=audit.api_key,  # the key whose request it is
     )

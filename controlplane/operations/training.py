@@ -34,6 +34,7 @@ from controlplane.training_sessions.models import Operation, Session, TrainingMo
 from controlplane.training_sessions.selectors import session_get
 from controlplane.training_sessions.services import placement, vocabulary
 from controlplane.training_sessions.services.lora import lora_checked
+from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
 from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
 
@@ -46,6 +47,7 @@ from .admission import (
     existing_or_conflict,
     require_open,
     require_ready,
+    retry_key,
 )
 from .replicas import replicas_checked
 from .sampling import sampler_seq_free
@@ -198,6 +200,16 @@ def request_payload(req) -> dict:
     return req.model_dump(mode="json", exclude={"seq_id", "model_id", "type"})
 
 
+def step_payload(tenant: Tenant, kind: str, req) -> dict:
+    """A training step's payload: its request's (``request_payload``), with the provenance of
+    its datums checked against the session's recorded sequences and, for a loss that reads
+    them, what it takes from them (``provenance_resolve``)."""
+    payload = request_payload(req)
+    if kind == Operation.Kind.OPTIM_STEP:
+        return payload
+    return provenance_resolve(tenant=tenant, model_id=req.model_id, kind=kind, payload=payload)
+
+
 def submit(
     *,
     tenant: Tenant,
@@ -224,13 +236,12 @@ def submit(
             if not isinstance(body, dict):
                 raise Unreadable("the request body must be a JSON object")
             req = STEP_REQUESTS[kind].model_validate(body)
-            step_checks.loss_requirements(kind, body)
             return training_submit(
                 tenant=tenant,
                 model_id=req.model_id,
                 seq_id=req.seq_id,
                 kind=kind,
-                payload=request_payload(req),
+                payload=step_payload(tenant, kind, req),
                 request_id=request_id,
                 api_key=audit.api_key,
             )
@@ -254,15 +265,14 @@ def _in_one_statement(
         return None
     try:
         req = STEP_REQUESTS[kind].model_validate(body)
-        step_checks.loss_requirements(kind, body)
-    except (ValidationError, DomainError):
+    except ValidationError:
         return None  # refused the portable way, which says why
     return submit_step(
         tenant=tenant,
         model_id=req.model_id,
         seq_id=req.seq_id,
         kind=kind,
-        payload=request_payload(req),
+        payload=step_payload(tenant, kind, req),
         audit=audit,
         request_id=request_id,
     )  # the audit row names the key, which the statement records on the operation
@@ -412,15 +422,6 @@ def training_submit(
     if op.worker is not None:  # else it waits with its model, and goes when the model is placed
         dispatch.wake_worker(op.worker.queue, inserted=True)
     return op
-
-
-def retry_key(kind: str, payload: dict) -> dict:
-    """What a retry of the request repeats. The tinker SDK draws a new sampler number for each
-    attempt of an ephemeral sampler save (``sampling_session_seq_id``): the seq_id and the rest
-    of the request say it is the same save, which keeps the number its first attempt took."""
-    if kind == Operation.Kind.SAVE_WEIGHTS_FOR_SAMPLER and payload.get("path") is None:
-        return {k: v for k, v in payload.items() if k != "sampling_session_seq_id"}
-    return payload
 
 
 def _model_locked(

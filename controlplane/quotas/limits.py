@@ -22,6 +22,7 @@ class Limits:
     requests_per_minute: int
     monthly_token_budget: int | None  # tokens per calendar month (UTC); None: unlimited
     max_replicas: int  # data-parallel replicas one training model may ask for
+    recorded_bytes: int  # bytes of recorded sampled sequences kept at once
 
 
 def limits_for(tenant: Tenant) -> Limits:
@@ -41,9 +42,11 @@ def _limits_read(tenant: Tenant) -> Limits:
     rate = row.requests_per_minute if row else None
     budget = row.monthly_token_budget if row else None
     replicas = row.max_replicas if row else None
+    recorded = row.recorded_bytes if row else None
     return Limits(
         concurrent_sessions=settings.MAX_CONCURRENT_SESSIONS if sessions is None else sessions,
         requests_per_minute=settings.REQUESTS_PER_MINUTE if rate is None else rate,
         monthly_token_budget=settings.MONTHLY_TOKEN_BUDGET if budget is None else budget,
         max_replicas=settings.MAX_REPLICAS if replicas is None else replicas,
+        recorded_bytes=settings.MAX_RECORDED_BYTES if recorded is None else recorded,
     )

@@ -18,6 +18,8 @@ class TenantQuota(models.Model):
     monthly_token_budget = models.PositiveBigIntegerField(null=True, blank=True)
     # The most data-parallel replicas one training model may ask for.
     max_replicas = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Bytes of recorded sampled sequences (record_stability_info) the tenant may keep at once.
+    recorded_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

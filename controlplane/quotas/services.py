@@ -29,6 +29,7 @@ def quota_set(
     requests_per_minute: int | Keep | None = KEEP,
     monthly_token_budget: int | Keep | None = KEEP,
     max_replicas: int | Keep | None = KEEP,
+    recorded_bytes: int | Keep | None = KEEP,
 ) -> Limits:
     """Override a tenant's limits (None goes back to the default); the effective limits."""
     changes = {}
@@ -53,6 +54,10 @@ def quota_set(
                 field="max_replicas",
             )
         changes["max_replicas"] = max_replicas
+    if recorded_bytes is not KEEP:
+        if recorded_bytes is not None and recorded_bytes < 0:
+            raise DomainError("recorded bytes must be 0 or more", field="recorded_bytes")
+        changes["recorded_bytes"] = recorded_bytes
     if changes:
         TenantQuota.objects.update_or_create(tenant=tenant, defaults=changes)
     return limits_for(tenant)

@@ -154,10 +154,10 @@ def _destination(tenant: Tenant, request: CopyRequest) -> Session:
             f"one project, {PROJECT!r})",
             field="destination_project_id",
         )
-    return _copies_session(tenant)
+    return copies_session(tenant)
 
 
-def _copies_session(tenant: Tenant) -> Session:
+def copies_session(tenant: Tenant) -> Session:
     """The account's session that holds copies made into its project: stopped from the start
     (it counts against no quota and takes no operations), local storage, the default key."""
     found = Session.objects.filter(

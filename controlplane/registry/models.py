@@ -96,6 +96,29 @@ class ModelPackage(models.Model):
         return f"{self.group.name}/{self.version}"
 
 
+class ExternalUpload(models.Model):
+    """Weights made elsewhere, uploaded into the account as a sampler checkpoint (tinker 0.39's
+    ``external_weights_upload_start`` / ``_finish``): what the upload will become (its model id,
+    checkpoint path and where its files go, sealed with the account's key) and the files taken
+    so far (name → the sealed object's size and sha256)."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    actor = models.CharField(max_length=400)  # who started it (the caller's ARN)
+    base_model = models.CharField(max_length=200)
+    lora = models.JSONField()
+    model_id = models.CharField(max_length=64)  # the training run the checkpoint will belong to
+    tinker_path = models.CharField(max_length=500)
+    storage_uri = models.CharField(max_length=2048)  # where the finished checkpoint's files go
+    sealing = models.JSONField()  # key and encryption context, as a save's
+    files = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    checkpoint = models.OneToOneField(
+        "training_sessions.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL
+    )
+
+
 class RetentionRule(models.Model):
     """Which versions of a group keep their weights: the newest ``keep_last`` (None: all), and
     approved ones unless ``keep_approved`` is off. Older weights are deleted from storage."""

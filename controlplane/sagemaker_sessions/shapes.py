@@ -67,9 +67,13 @@ def _check(shape: Shape, value: Any, path: str, depth: int) -> None:
 
 
 def _structure(shape: Shape, value: Any, path: str, depth: int) -> None:
+    if shape.is_document_type:  # any JSON value: the operation reads it
+        return
     if not isinstance(value, dict):
         raise ShapeError(path, "must be an object")
     members = shape.members
+    if shape.metadata.get("union") and sum(v is not None for v in value.values()) != 1:
+        raise ShapeError(path, f"exactly one member must be set ({', '.join(members)})")
     for name in value:
         if name not in members:
             known = ", ".join(members) or "none"
@@ -218,8 +222,12 @@ def _output_fits(holds: bool, problem: str) -> None:
 
 def _render(shape: Shape, value: Any, path: str) -> Any:
     kind = shape.type_name
+    if kind == "structure" and shape.is_document_type:
+        return value
     if kind == "structure":
         _output_fits(isinstance(value, dict), f"{path}: not an object")
+        if shape.metadata.get("union"):
+            _output_fits(sum(v is not None for v in value.values()) == 1, f"{path}: not one member")
         out = {}
         for name, item in value.items():
             _output_fits(name in shape.members, f"{path}.{name}: not in the output shape")

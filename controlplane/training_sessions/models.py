@@ -322,3 +322,33 @@ class Recovery(models.Model):
         if self.restored_at is None:
             return None
         return (self.restored_at - self.declared_at).total_seconds()
+
+
+class RecordedSample(models.Model):
+    """The sequences a sample request made with ``record_stability_info`` returned, kept so that
+    training requests of the same session can cite them (provenance spans): its prompt once, and
+    each sequence's sampled tokens and their sampling logprobs, as little-endian arrays.
+
+    Sequence ``i`` of the request is ``<id>:<i>``. Written in the transaction that completes the
+    sample; sequence ``i`` is citable until ``expiries[i]``, which each training request that
+    cites it moves to a day later; the row goes with its session, or (the janitor) once
+    ``expires_at``, the latest of them, has passed.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64)  # the sample operation's id
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="recordings")
+    prompt = models.BinaryField()  # int32 token ids
+    tokens = models.BinaryField()  # int32: every sequence's sampled tokens, one after another
+    logprobs = models.BinaryField()  # float32, one per sampled token
+    lengths = models.JSONField()  # sampled tokens per sequence, in order
+    size_bytes = models.PositiveBigIntegerField()  # what it holds, counted by the quota
+    created_at = models.DateTimeField(auto_now_add=True)
+    expiries = models.JSONField()  # per sequence: until when (Unix seconds) it may be cited
+    expires_at = models.DateTimeField()  # the latest of them
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "expires_at"], name="recording_tenant_exp_idx"),
+            models.Index(fields=["expires_at"], name="recording_expiry_idx"),
+        ]

@@ -72,10 +72,15 @@ class SamplingClient:
         *,
         base_model: str | None = None,
         model_path: str | None = None,
+        record_stability_info: bool = False,
     ) -> None:
         self._runtime = runtime
         self.sampling_session_id = sampling_session_id
         """The sampling session's id."""
+        self.record_stability_info = record_stability_info
+        """Whether every sample request records its sequences (``SampledSequence.sequence_id``)
+        for training requests of the same session to cite (``Datum.with_provenance``), as the
+        ``stable_reinforce`` loss needs."""
         self._base_model = base_model
         self._model_path = model_path
         self._lock = threading.Lock()
@@ -101,6 +106,7 @@ class SamplingClient:
             prompt=_as_model_input(prompt),
             sampling_params=sampling_params,
             prompt_logprobs=prompt_logprobs,
+            record_stability_info=self.record_stability_info or None,
             **options,
         )
         # The seq_id is taken only once the request has validated, so errors leave no gap.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -325,15 +326,24 @@ class ServiceClient(Costs):
     # -- sampling clients ----------------------------------------------------------------------
 
     def create_sampling_client(
-        self, model_path: str | None = None, base_model: str | None = None
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        *,
+        record_stability_info: bool = False,
     ) -> SamplingClient:
         """A sampler on saved sampler weights (``tinker://...`` or a model package version's ARN)
-        or on a base model."""
+        or on a base model; with ``record_stability_info`` every sample is recorded for
+        ``stable_reinforce`` (``SamplingClient.record_stability_info``)."""
         sampling_session_id = open_sampling_session(
             self._runtime, self._session(), model_path=model_path, base_model=base_model
         )
         return SamplingClient(
-            self._runtime, sampling_session_id, base_model=base_model, model_path=model_path
+            self._runtime,
+            sampling_session_id,
+            base_model=base_model,
+            model_path=model_path,
+            record_stability_info=record_stability_info,
         )
 
     # -- the model package registry -----------------------------------------------------------
@@ -420,10 +430,21 @@ class ServiceClient(Costs):
         )
 
     async def create_sampling_client_async(
-        self, model_path: str | None = None, base_model: str | None = None
+        self,
+        model_path: str | None = None,
+        base_model: str | None = None,
+        *,
+        record_stability_info: bool = False,
     ) -> SamplingClient:
         """Async twin of create_sampling_client."""
-        return await asyncio.to_thread(self.create_sampling_client, model_path, base_model)
+        return await asyncio.to_thread(
+            functools.partial(
+                self.create_sampling_client,
+                model_path,
+                base_model,
+                record_stability_info=record_stability_info,
+            )
+        )
 
     async def list_base_models_async(self) -> list[BaseModelInfo]:
         """Async twin of list_base_models."""

@@ -7,6 +7,7 @@ server in call order; the server runs them in seq_id order.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -299,27 +300,44 @@ class TrainingClient:
         )
         return self._single("save_weights_for_sampler", request, parse)
 
-    def save_weights_and_get_sampling_client(self, name: str | None = None) -> SamplingClient:
+    def save_weights_and_get_sampling_client(
+        self, name: str | None = None, *, record_stability_info: bool = False
+    ) -> SamplingClient:
         """A sampler on the weights as they are after every operation sent so far.
 
         Without ``name`` the weights are ephemeral (not a checkpoint; they cannot be loaded for
         training); with a name they are saved durably first, as save_weights_for_sampler(name).
+        ``record_stability_info``: every sample is recorded for ``stable_reinforce``
+        (``SamplingClient.record_stability_info``).
         """
         if name is not None:
             path = self.save_weights_for_sampler(name).result().path
-            return self.create_sampling_client(path)
+            return self.create_sampling_client(path, record_stability_info=record_stability_info)
         session_id = self._save_ephemeral().result()
-        return SamplingClient(self._runtime, session_id, base_model=self.base_model)
+        return SamplingClient(
+            self._runtime,
+            session_id,
+            base_model=self.base_model,
+            record_stability_info=record_stability_info,
+        )
 
-    def create_sampling_client(self, model_path: str | None = None) -> SamplingClient:
-        """A sampler on saved sampler weights, or (no path) on this live model's current adapter."""
+    def create_sampling_client(
+        self, model_path: str | None = None, *, record_stability_info: bool = False
+    ) -> SamplingClient:
+        """A sampler on saved sampler weights, or (no path) on this live model's current adapter;
+        ``record_stability_info`` as in ``save_weights_and_get_sampling_client``."""
         sampling_session_id = open_sampling_session(
             self._runtime,
             self._session,
             model_path=model_path,
             model_id=None if model_path else self.model_id,
         )
-        return SamplingClient(self._runtime, sampling_session_id, base_model=self.base_model)
+        return SamplingClient(
+            self._runtime,
+            sampling_session_id,
+            base_model=self.base_model,
+            record_stability_info=record_stability_info,
+        )
 
     # -- the model and its session -------------------------------------------------------------
 
@@ -420,18 +438,33 @@ class TrainingClient:
         )
 
     async def save_weights_and_get_sampling_client_async(
-        self, name: str | None = None
+        self, name: str | None = None, *, record_stability_info: bool = False
     ) -> SamplingClient:
         """Async twin of save_weights_and_get_sampling_client."""
         if name is not None:
             path = (await self.save_weights_for_sampler(name)).path
-            return await self.create_sampling_client_async(path)
+            return await self.create_sampling_client_async(
+                path, record_stability_info=record_stability_info
+            )
         session_id = await self._save_ephemeral()
-        return SamplingClient(self._runtime, session_id, base_model=self.base_model)
+        return SamplingClient(
+            self._runtime,
+            session_id,
+            base_model=self.base_model,
+            record_stability_info=record_stability_info,
+        )
 
-    async def create_sampling_client_async(self, model_path: str | None = None) -> SamplingClient:
+    async def create_sampling_client_async(
+        self, model_path: str | None = None, *, record_stability_info: bool = False
+    ) -> SamplingClient:
         """Async twin of create_sampling_client."""
-        return await asyncio.to_thread(self.create_sampling_client, model_path)
+        return await asyncio.to_thread(
+            functools.partial(
+                self.create_sampling_client,
+                model_path,
+                record_stability_info=record_stability_info,
+            )
+        )
 
     async def get_info_async(self) -> GetInfoResponse:
         """Async twin of get_info."""

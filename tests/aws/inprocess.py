@@ -5,6 +5,7 @@ tests that need no live stack."""
 
 from __future__ import annotations
 
+import io
 from urllib.parse import urlsplit
 
 import boto3
@@ -15,17 +16,19 @@ from django.test import Client
 ENDPOINT = "http://testserver/sagemaker"
 
 
-class _Raw:
-    def __init__(self, content: bytes) -> None:
-        self._content = content
+class _Raw(io.BytesIO):
+    """The body as urllib3 hands it to botocore: ``stream`` for a whole body, ``read`` for a
+    streamed one."""
 
-    def stream(self, *_args, **_kw):
-        yield self._content
+    def stream(self, amt: int = 2**16, decode_content: bool = True):
+        while chunk := self.read(amt):
+            yield chunk
 
 
 def _via_django(request, **_kw) -> AWSResponse:
     parts = urlsplit(request.url)
-    meta = {"QUERY_STRING": parts.query}
+    # RAW_URI: the path as sent, which gunicorn passes on (Django's own path is decoded)
+    meta = {"QUERY_STRING": parts.query, "RAW_URI": parts.path}
     content_type = "application/octet-stream"
     for name, value in request.headers.items():
         value = value.decode() if isinstance(value, bytes) else value
@@ -39,6 +42,7 @@ def _via_django(request, **_kw) -> AWSResponse:
         body = body.read()
     if isinstance(body, str):
         body = body.encode()
+    meta["CONTENT_TYPE"] = content_type  # the test client leaves it out of an empty body's
     answer = Client().generic(
         request.method, parts.path, data=body, content_type=content_type, **meta
     )

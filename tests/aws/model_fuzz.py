@@ -1,6 +1,6 @@
 """hypothesis strategies from botocore's service models, for fuzzing a face's operations:
 ``valid_input(shape)`` draws inputs that fit an operation's input shape (every bound and enum
-kept), ``mutated_input(shape)`` draws such an input with one thing broken (a required member
+kept, one member of a union, any JSON for a document), ``mutated_input(shape)`` draws such an input with one thing broken (a required member
 dropped, a member of the wrong type, a bound crossed, an unknown member, an enum value that is
 not one, a null, a huge value), so a server's refusals can be held to "a 4xx, never a 5xx"."""
 
@@ -43,8 +43,24 @@ def _valid(shape: Shape, seeds: dict, depth: int, name: str = "") -> st.SearchSt
     return _plain(shape, seeds, depth)
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.floats(-1e6, 1e6) | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+
+
 def _plain(shape: Shape, seeds: dict, depth: int) -> st.SearchStrategy:
     kind, meta = shape.type_name, shape.metadata
+    if kind == "structure" and shape.is_document_type:  # any JSON value
+        return JSON_VALUES
+    if kind == "structure" and meta.get("union"):  # exactly one member
+        return st.one_of(
+            *(
+                st.fixed_dictionaries({n: _valid(s, seeds, depth + 1, n)})
+                for n, s in shape.members.items()
+            )
+        )
     if kind == "structure":
         required = {
             n: _valid(s, seeds, depth + 1, n)

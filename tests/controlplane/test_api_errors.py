@@ -152,7 +152,9 @@ def test_catalog_endpoints(alice, runtime) -> None:
     names = [m["name"] for m in alice.get("base_models").json()["base_models"]]
     assert names == [TINY]
     caps = alice.get("get_server_capabilities").json()
-    assert caps["supported_models"] == [{"model_name": TINY, "max_context_length": 1024}]
+    assert caps["supported_models"] == [
+        {"model_name": TINY, "max_context_length": 1024, "trainable": True, "sampleable": True}
+    ]
     files = alice.get("base_models/tokenizer", {"name": TINY}).json()["files"]
     assert "tokenizer.json" in files and "tokenizer_config.json" in files
     assert alice.get("base_models/tokenizer", {"name": "nope"}).status_code == 404

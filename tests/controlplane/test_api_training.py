@@ -34,6 +34,7 @@ def test_training_flow_checkpoints_sampling_and_stop(alice, bob, charlie, runtim
     assert info["base_model"] == TINY and info["lora_rank"] == 4
     ckpts = alice.get(f"training_runs/{mid}/checkpoints").json()["checkpoints"]
     assert [c["checkpoint_id"] for c in ckpts] == ["weights/s1"] and ckpts[0]["size_bytes"] > 0
+    assert ckpts[0]["base_model"] == TINY  # tinker 0.39's Checkpoint.base_model
 
     eph = result(
         alice,

@@ -29,6 +29,8 @@ NOT_TENANT_SCOPED = {
     "checkpoints/search": "search of the caller's own account: test_checkpoint_search",
     "registry/signed-downloads": "a bearer link made for alice; forged: 404 "
     "(test_external_weights)",
+    "registry/signed-uploads": "a bearer link made for alice; forged: 404 (test_external_upload)",
+    "external_weights_upload_start": "creates in the caller's own tenant",
     "get_server_capabilities": "service-wide",
     "telemetry": "write-only",
     "base_models": "service-wide catalogue",
@@ -91,7 +93,11 @@ def world(alice: Person, runtime) -> dict:
     cap = {"name": "alice-cap", "scope": "api_key", "scope_value": key, "unit": "usd"}
     r = alice.post("billing/budgets", cap | {"period": "month", "amount": "5"})
     assert r.status_code == 201, r.content
+    upload = alice.post(
+        "external_weights_upload_start", {"base_model": TINY, "lora_config": {"rank": 4}}
+    ).json()["upload_id"]
     return {
+        "upload": upload,
         "session": session_id,
         "model": model_id,
         "path": path,
@@ -117,6 +123,9 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
         "sessions/<str:session_id>/usage": [("get", f"sessions/{s}/usage", None)],
         "sessions/<str:session_id>/finish": [
             ("post", f"sessions/{s}/finish", {"reason": {"type": "success"}})
+        ],
+        "external_weights_upload_finish": [
+            ("post", "external_weights_upload_finish", {"upload_id": w["upload"]})
         ],
         "save_weights_external": [
             ("post", "save_weights_external", {"model_id": m, "seq_id": 2, "path": "x"})

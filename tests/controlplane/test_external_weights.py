@@ -128,7 +128,10 @@ def test_a_member_who_left_refuses_their_links(alice, saved):
     dana = member("dana", alice)
     url = link_of(dana, model)
     assert APIClient().get(url).status_code == 200
-    membership_remove(membership=Membership.objects.get(user__email="dana@example.com"))
+    owner = Membership.objects.get(tenant=alice.tenant, role=Membership.Role.OWNER)
+    membership_remove(
+        membership=Membership.objects.get(user__email="dana@example.com"), acting_membership=owner
+    )
     assert APIClient().get(url).status_code == 403
 
 

@@ -18,6 +18,7 @@ from controlplane.metering.models import UsageRecord
 from controlplane.operations import claim, complete
 from controlplane.training_sessions.models import (
     Operation,
+    RecordedSample,
     Recovery,
     SamplingSession,
     TrainingModel,
@@ -465,6 +466,76 @@ def test_a_model_with_a_settled_gap_fails_over_and_replays_exactly(alice, start)
         result(alice, c, fb)
         result(alice, c, alice.post("optim_step", step).json())
     assert same(adapter(b, model_id), adapter(c, ref))
+
+
+def test_stable_reinforce_on_recorded_sequences_replays_exactly_without_the_store(
+    alice, start
+) -> None:
+    """Recorded samples (one of them sampled on the worker that dies, still in flight) are
+    cited by stable_reinforce steps; the worker is lost and, before anything runs again, every
+    recording is gone: the model replays from its start on another worker with the recorded
+    logprobs its operations keep, and ends bit for bit where a worker that never stopped ends
+    with the same requests."""
+    from controlplane.operations import training
+
+    from .test_recorded_sampling import datum_of
+
+    a = start("a")
+    session = open_session(alice)
+    model_id = create_model(alice, a, session)
+    sampler = alice.post(
+        "create_sampling_session",
+        {"session_id": session, "sampling_session_seq_id": 0, "model_id": model_id},
+    ).json()["sampling_session_id"]
+
+    def sample(seq: int) -> dict:
+        body = {
+            "sampling_session_id": sampler,
+            "seq_id": seq,
+            "num_samples": 2,
+            "prompt": {"chunks": [{"tokens": [5, 6, 7, 8, 9]}]},
+            "sampling_params": {"max_tokens": 4, "seed": seq, "stop": []},
+            "record_stability_info": True,
+        }
+        return alice.post("asample", body).json()
+
+    def step(seq: int, sampled: dict) -> list[dict]:
+        seqs = sampled["sequences"]
+        data = [datum_of(seqs[0], advantage=1.0), datum_of(seqs[1], advantage=-1.0)]
+        batch = {"data": data, "loss_fn": "stable_reinforce"}
+        fb = alice.post(
+            "forward_backward",
+            {"model_id": model_id, "seq_id": seq, "forward_backward_input": batch},
+        )
+        assert fb.status_code == 200, fb.content
+        optim = alice.post(
+            "optim_step", {"model_id": model_id, "seq_id": seq + 1, "adam_params": ADAM}
+        )
+        return [fb.json(), optim.json()]
+
+    for fut in step(1, result(alice, a, sample(0))):
+        assert "error" not in result(alice, a, fut)
+    in_flight = sample(1)  # recorded on a worker, then the worker is lost before it finishes
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    later = step(3, result(alice, b, in_flight))
+    RecordedSample.objects.all().delete()  # the store is no part of a replay
+    for fut in later:
+        assert "metrics" in result(alice, b, fut)
+    recovery = Recovery.objects.get(model_id=model_id)
+    assert (recovery.outcome, recovery.to_worker) == ("restored", "b")
+
+    # a worker that never stopped, given the same requests as the service stored them
+    c = start("c")
+    twin = create_model(alice, c, open_session(alice))
+    for op in Operation.objects.filter(model_id=model_id, seq_id__gte=1).order_by("seq_id"):
+        assert op.kind != "forward_backward" or "recorded" in op.payload
+        done = training.training_submit(
+            tenant=alice.tenant, model_id=twin, seq_id=op.seq_id, kind=op.kind, payload=op.payload
+        )
+        assert "error" not in result(alice, c, {"request_id": done.pk})
+    assert same(adapter(b, model_id), adapter(c, twin))
 
 
 def test_a_dimuon_model_trained_with_stable_reinforce_replays_exactly(alice, start) -> None:

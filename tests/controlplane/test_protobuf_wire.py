@@ -224,7 +224,7 @@ def test_sample_futures_carry_sequence_ids_and_answer_protobuf(alice, runtime, m
             {"target_prompt_logprobs": {"data": [1, 2], "dtype": "int64", "shape": [2, 1]}},
             "target_prompt_logprobs",
         ),
-        ({"record_stability_info": True}, "record_stability_info"),
+        ({"record_stability_info": True}, None),
     ],
 )
 def test_new_sampling_options_are_checked(alice, runtime, model, extra, field):

@@ -93,6 +93,7 @@ def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, char
         "requests_per_minute\t100",
         "monthly_token_budget\tunlimited",
         "max_replicas\t8",
+        f"recorded_bytes\t{1024**3}",
     ]
     open_session(alice)
     assert_session_quota(create(alice), limit=1, live=1)
@@ -105,6 +106,7 @@ def test_set_quota_overrides_one_tenant_and_goes_back_to_the_default(alice, char
         "requests_per_minute\t100",  # untouched
         "monthly_token_budget\tunlimited",
         "max_replicas\t8",
+        f"recorded_bytes\t{1024**3}",
     ]
     assert create(alice).status_code == 200
     assert set_quota(alice).splitlines()[0] == "concurrent_sessions\t10"  # shows, changes nothing
@@ -117,6 +119,7 @@ def test_set_quota_refuses_bad_values(alice) -> None:
         (("--concurrent-sessions", "many"), "'many' is not a number or 'default'"),
         (("--max-replicas", "0"), "max replicas must be from 1 to 1024"),
         (("--max-replicas", "1025"), "max replicas must be from 1 to 1024"),
+        (("--recorded-bytes", "-1"), "recorded bytes must be 0 or more"),
     ]:
         with pytest.raises(CommandError, match=message):
             set_quota(alice, *args)
@@ -218,3 +221,12 @@ def test_the_redis_window_counts_per_tenant(alice, charlie, settings, clock) -> 
     assert not RequestCount.objects.exists()
     clock[0] += 30
     assert alice.get("sessions").status_code == 200
+
+
+def test_set_quota_overrides_recorded_bytes_for_one_tenant(alice, charlie, settings) -> None:
+    settings.MAX_RECORDED_BYTES = 5000
+    assert set_quota(alice, "--recorded-bytes", "100").splitlines()[4] == "recorded_bytes\t100"
+    assert set_quota(charlie).splitlines()[4] == "recorded_bytes\t5000"  # the setting
+    event = AuditEvent.objects.filter(action="quotas:SetQuota").get()
+    assert event.tenant_id == alice.tenant.pk and "recorded_bytes=100" in event.reason
+    assert set_quota(alice, "--recorded-bytes", "default").splitlines()[4] == "recorded_bytes\t5000"

@@ -69,7 +69,8 @@ def test_the_openai_path_still_names_topk_logprobs(trained) -> None:
 
 
 def test_a_refused_field_fails_its_request_alone_as_a_user_error(trained) -> None:
-    bad, good = stored(record_stability_info=True), stored()
+    wrong_rows = TensorData.from_numpy(np.zeros((3, 1), np.int64))
+    bad, good = stored(target_prompt_logprobs=wrong_rows), stored(record_stability_info=True)
     refused, served = run_samples(trained, [(bad, {"adapter": "m"}), (good, {"adapter": "m"})])
-    assert refused.category == "user" and "record_stability_info" in (refused.error or "")
+    assert refused.category == "user" and "target_prompt_logprobs" in (refused.error or "")
     assert served.ok

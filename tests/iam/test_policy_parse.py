@@ -509,7 +509,7 @@ def test_action_catalogue() -> None:
         "kms:GenerateDataKey",
     ]
     assert matching_actions("registry:?eleteModelPackage") == ["registry:DeleteModelPackage"]
-    assert len(matching_actions("*")) == len(ACTIONS) == 76
+    assert len(matching_actions("*")) == len(ACTIONS) == 77
     assert ACTIONS["sessions:ListBaseModels"].resource_type == "*"
     assert ACTIONS["registry:DownloadModelPackage"].resource_type == "model-package"
     assert ACTIONS["sts:AssumeRole"].service == "sts"

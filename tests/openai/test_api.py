@@ -203,7 +203,7 @@ def test_keys_and_unknown_models(alice, world) -> None:
             {"model": "m", "messages": HI, "stream_options": {"include_usage": True}},
             "stream_options",
         ),
-        ({"model": "m", "messages": HI, "frequency_penalty": 0.5}, "frequency_penalty"),
+        ({"model": "m", "messages": HI, "frequency_penalty": 2.5}, "frequency_penalty"),
         ({"model": "m", "messages": HI, "tools": [{"type": "function"}]}, "tools"),
         ({"model": "m", "messages": HI, "bogus": 1}, "bogus"),
     ],

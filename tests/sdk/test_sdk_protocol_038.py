@@ -56,6 +56,67 @@ def test_unsupported_losses_are_refused_before_anything_is_sent(
     assert server.calls("forward_backward") == []
 
 
+def test_recorded_sampling_is_asked_for_on_every_way_to_make_a_sampler(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    training = service.create_lora_training_client(BASE_MODEL, rank=4)
+    path = training.save_weights_for_sampler("s").result(timeout=10).path
+    samplers = {
+        "live": training.create_sampling_client(record_stability_info=True),
+        "path": training.create_sampling_client(path, record_stability_info=True),
+        "ephemeral": training.save_weights_and_get_sampling_client(record_stability_info=True),
+        "named": training.save_weights_and_get_sampling_client("n", record_stability_info=True),
+        "service": service.create_sampling_client(model_path=path, record_stability_info=True),
+    }
+    for name, sampler in samplers.items():
+        sampler.sample([1, 2], 1, SamplingParams(max_tokens=2)).result(timeout=10)
+        assert server.calls("asample")[-1]["record_stability_info"] is True, name
+    training.create_sampling_client().sample([1, 2]).result(timeout=10)
+    assert "record_stability_info" not in server.calls("asample")[-1]  # off unless asked for
+
+
+def test_an_empty_stop_list_is_sent_and_none_is_left_out(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    sampler = service.create_lora_training_client(BASE_MODEL, rank=4).create_sampling_client()
+    sampler.sample([1, 2], 1, SamplingParams(max_tokens=2, stop=[])).result(timeout=10)
+    assert server.calls("asample")[-1]["sampling_params"]["stop"] == []
+    sampler.sample([1, 2], 1, SamplingParams(max_tokens=2)).result(timeout=10)
+    assert "stop" not in server.calls("asample")[-1]["sampling_params"]
+
+
+def test_provenance_travels_with_the_datum(server: FakeServer, service: ServiceClient) -> None:
+    from loopwright.types import PromptProvenanceSpan, SampledProvenanceSpan
+
+    client = service.create_lora_training_client(BASE_MODEL, rank=4)
+    datum = Datum(
+        model_input=ModelInput.from_ints([1, 2, 3]), loss_fn_inputs={"target_tokens": [2, 3, 4]}
+    ).with_provenance(
+        model_input=[
+            PromptProvenanceSpan(sequence_id="r:0", length=2),
+            SampledProvenanceSpan(sequence_id="r:0", length=1),
+        ],
+        loss_fn_inputs=[
+            PromptProvenanceSpan(sequence_id="r:0", offset=1, length=1),
+            SampledProvenanceSpan(sequence_id="r:0", length=2),
+        ],
+    )
+    with pytest.raises(ValueError, match="must tile it exactly"):
+        datum.with_provenance(
+            model_input=[PromptProvenanceSpan(sequence_id="r:0", length=2)],
+            loss_fn_inputs=[SampledProvenanceSpan(sequence_id="r:0", length=3)],
+        )
+    client.forward_backward([datum], "cross_entropy").result(timeout=10)
+    (sent,) = server.calls("forward_backward")[-1]["forward_backward_input"]["data"]
+    assert Datum.model_validate(sent) == datum
+    assert sent["loss_fn_input_spans"][1] == {
+        "type": "sampled_tokens",
+        "sequence_id": "r:0",
+        "offset": 0,
+        "length": 2,
+    }
+
+
 def test_stable_reinforce_is_sent_with_its_inputs(
     server: FakeServer, service: ServiceClient
 ) -> None:

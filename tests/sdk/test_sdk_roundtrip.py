@@ -47,7 +47,24 @@ SESSION_INFO = {
 }
 FB_INPUT = {"data": [DATUM], "loss_fn": "ppo", "loss_fn_config": {"clip_low_threshold": 0.8}}
 
+PROMPT_SPAN = {"type": "prompt_tokens", "sequence_id": "req-1:0", "offset": 1, "length": 2}
+SAMPLED_SPAN = {"type": "sampled_tokens", "sequence_id": "req-1:0", "offset": 0, "length": 1}
+
 EXAMPLES: dict[str, dict[str, Any]] = {
+    "ExternalWeightsUploadStartRequest": {
+        "base_model": "b",
+        "lora_config": {"rank": 8},
+        "destination_project_id": "default",
+    },
+    "ExternalWeightsUploadStartResponse": {
+        "upload_id": "upload-1",
+        "urls": {"adapter_model.safetensors": "https://x/1"},
+        "expires": TIME,
+    },
+    "ExternalWeightsUploadFinishRequest": {"upload_id": "upload-1"},
+    "ExternalWeightsUploadFinishResponse": {"tinker_path": "tinker://m/sampler_weights/u"},
+    "PromptProvenanceSpan": PROMPT_SPAN,
+    "SampledProvenanceSpan": SAMPLED_SPAN,
     "TensorData": {"data": [0.5], "dtype": "float32", "shape": [1, 1]},
     "EncodedTextChunk": {"tokens": [1], "type": "encoded_text"},
     "ImageChunk": {"data": "aGk=", "format": "png", "expected_tokens": 3, "type": "image"},

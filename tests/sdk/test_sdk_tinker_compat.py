@@ -107,6 +107,13 @@ DEFAULT_EXCEPTIONS = {
 }
 # Loopwright's extensions: optional, with defaults, so tinker's bodies still validate.
 EXTRA_FIELDS = {
+    # tinker 0.38's provenance (Datum.with_provenance) and sequence ids, which 0.24.1 lacks
+    ("Datum", "model_input_spans"),
+    ("Datum", "loss_fn_input_spans"),
+    ("SampledSequence", "sequence_id"),
+    ("SupportedModel", "trainable"),
+    ("SupportedModel", "sampleable"),
+    ("Checkpoint", "base_model"),  # tinker 0.39
     ("TryAgainResponse", "queue_state_reason"),
     ("LoraConfig", "alpha"),
     ("CreateSamplingSessionRequest", "model_id"),
@@ -133,6 +140,22 @@ EXTRA_FIELDS = {
     ("SampleResponse", "target_prompt_logprobs"),
     ("SampleResponse", "prompt_alt_tokens"),
     ("SampledSequence", "topk_logprobs"),
+    # Loopwright's sampling controls (docs/sampling.md): the official SDK cannot send them
+    *(
+        ("SamplingParams", name)
+        for name in (
+            "min_p",
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "json_schema",
+            "regex",
+            "grammar",
+            "logprobs_of",
+        )
+    ),
+    ("SampledSequence", "model_logprobs"),
     # what tinker 0.25–0.38 added (driven against the server by tests/e2e with 0.38.0)
     ("CreateSessionRequest", "display_name"),
     ("LoadWeightsRequest", "optimizer_config"),

@@ -32,6 +32,8 @@ from controlplane.training_sessions.services import sessions as services
 
 from .. import session_page as sp
 from .. import session_reads as reads
+from .. import try_it
+from ..formkit import submit
 from ..login_required import page
 from ..prices import price_book, training_estimate
 from ..session_form import SessionForm, add_domain_error
@@ -217,6 +219,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
             f"/sessions/{session.id}?{query.urlencode()}&" if query else f"/sessions/{session.id}?"
         )
         context |= sp.stop_state(request, session) | {
+            "try_form": try_it.TryForm(names=try_it.model_names(session)),
             "platform": session.platform,
             "refresh": {name: f"{base}part={name}" for name in PARTS},
             "snippet": sp.snippet(request, session, models, context.get("checkpoints")),
@@ -238,9 +241,29 @@ def session_stop(request: HttpRequest, session_id: str) -> HttpResponse:
     return redirect(f"/sessions/{session.id}")
 
 
+@page
+@require_http_methods(["GET", "POST"])
+def session_try(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The "Try it" box: a chat message sampled as ``/v1/chat/completions`` samples it."""
+    tenant = request.tenant
+    allow(request, "sessions:DescribeTrainingSession", session_arn(tenant, session_id))
+    session = selectors.session_get(tenant=tenant, session_id=session_id)
+    data = request.POST if request.method == "POST" else None
+    form = try_it.TryForm(data, names=try_it.model_names(session))
+    answer = submit(form, lambda cleaned: try_it.run(request, cleaned)) if data else None
+    status = 400 if data and answer is None else 200
+    return render(
+        request,
+        "web/sessions/try.html",
+        {"session": session, "try_form": form, "answer": answer},
+        status=status,
+    )
+
+
 urlpatterns = [
     path("sessions", session_list, name="sessions"),
     path("sessions/new", session_new, name="sessions_new"),
     path("sessions/<str:session_id>", session_detail, name="session_detail"),
     path("sessions/<str:session_id>/stop", session_stop, name="session_stop"),
+    path("sessions/<str:session_id>/try", session_try, name="session_try"),
 ]

@@ -303,7 +303,7 @@ class ModelHost:
         requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
         wave: list[int],
         on_tokens: TokenSink | None,
-    ) -> dict[int, list[SampleResult]]:
+    ) -> dict[int, list[SampleResult] | Exception]:
         ids = [m for m in (requests[i][0] for i in wave) if m is not None]
         names = dict(zip(ids, self.pool.load(ids), strict=True))
         jobs: list[SampleJob] = []
@@ -316,11 +316,13 @@ class ModelHost:
             first = sum(len(r[1]) for r in requests[:i])
             numbers += range(first, first + len(request_jobs))
         results = self.sampler.run(jobs, adapters, on_tokens and _renumbered(on_tokens, numbers))
-        out: dict[int, list[SampleResult]] = {}
+        out: dict[int, list[SampleResult] | Exception] = {}
         start = 0
         for i in wave:
             count = len(requests[i][1])
-            out[i] = results[start : start + count]
+            mine = results[start : start + count]
+            failed = next((r.error for r in mine if r.error is not None), None)
+            out[i] = mine if failed is None else failed  # a grammar failed while sampling
             start += count
         return out
 

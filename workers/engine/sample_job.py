@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from loopwright.types import SamplingParams, TensorData
 
 from .errors import InvalidInput
+from .logits_processors import Controls
 
 MAX_NUM_SAMPLES = 128
 MAX_TOPK_PROMPT_LOGPROBS = 64
@@ -54,7 +55,10 @@ class SampleJob:
     prompt_logprobs_last_n: int | None = None  # score only the last n prompt tokens
     target_prompt_logprobs: TensorData | None = None  # int64 [len(prompt) - 1, K], -1: none
     prompt_alt_tokens_k: int = 0  # draws at every prompt position after the first
+    # the control plane records the sequences (their tokens and logprobs, which every result
+    # carries) when the operation completes: nothing changes here
     record_stability_info: bool = False
+    controls: Controls = field(default_factory=Controls)  # processors, structure, logprobs law
 
     @classmethod
     def from_wire(
@@ -88,6 +92,7 @@ class SampleJob:
             target_prompt_logprobs=_tensor(options.get("target_prompt_logprobs")),
             prompt_alt_tokens_k=int(options.get("prompt_alt_tokens_k") or 0),
             record_stability_info=bool(options.get("record_stability_info")),
+            controls=Controls.of(params),
         )
 
 
@@ -175,6 +180,7 @@ def _check_drawing(job: SampleJob, vocab_size: int, where: str) -> None:
         raise InvalidInput(f"{params}.stop", "stop token ids must be inside the vocabulary")
     if any(s == "" for s in job.stop_strings):
         raise InvalidInput(f"{params}.stop", "stop strings must not be empty")
+    job.controls.check(vocab_size, where)
 
 
 def _check_reports(job: SampleJob, vocab_size: int, context_length: int, where: str) -> None:
@@ -204,12 +210,6 @@ def _check_reports(job: SampleJob, vocab_size: int, context_length: int, where: 
         )
     if job.target_prompt_logprobs is not None:
         _check_target(job.target_prompt_logprobs, n, vocab_size, budget, where)
-    if job.record_stability_info:
-        raise InvalidInput(
-            f"{where}record_stability_info",
-            "is not supported: this server records no stability information "
-            "(StableReinforce is not available)",
-        )
 
 
 def _check_target(td: TensorData, n: int, vocab_size: int, budget: int, where: str) -> None:

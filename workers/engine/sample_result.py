@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from loopwright.types import PromptAltTokens, SampledSequence, SampleResponse, StopReason
 
+from .errors import EngineError
 from .prompt_scoring import PromptScores, TopK
 
 
@@ -39,6 +40,7 @@ class SampledSeq:
     logprobs: list[float]
     stop_reason: StopReason
     topk_logprobs: list[TopK] | None = None  # per generated token, when the job asked for them
+    model_logprobs: list[float] | None = None  # the model's own, when the job asked for both
 
 
 @dataclass
@@ -46,6 +48,7 @@ class SampleResult:
     sequences: list[SampledSeq]
     prompt: PromptScores
     cache_hit_tokens: int = 0  # prompt tokens not prefilled again (see the module docstring)
+    error: EngineError | None = None  # the request failed while sampling (its grammar)
 
     @property
     def prompt_logprobs(self) -> list[float | None] | None:
@@ -64,6 +67,7 @@ class SampleResult:
                     logprobs=s.logprobs,
                     stop_reason=s.stop_reason,
                     topk_logprobs=None if s.topk_logprobs is None else [*s.topk_logprobs],
+                    model_logprobs=s.model_logprobs,
                 )
                 for s in self.sequences
             ],

@@ -5,13 +5,14 @@ leaves it as soon as it stops. The samples of one request share its prompt's pre
 is computed once and its cache rows repeated: ``prompt_cache_hit_tokens``). Every row decodes
 through its own adapter (``mixed_lora``). Each sequence's randomness is its own: the uniform
 behind its t-th token is a counter-based hash of (seed, sample index, t), so a seeded sample is
-the same whatever else runs beside it. The returned logprob of a token is its log-probability
-under the distribution it was drawn from (temperature, top-k and top-p applied); at temperature
-1 with no truncation that equals the trainer's ``forward`` logprob. Greedy decoding
-(temperature 0) reports the model's untempered logprob. On request, each step also reports the
-k most likely tokens under that same distribution (tokens it could not draw, removed by
-top-k/top-p, are left out). What a request asks about its prompt comes from the same prefill
-(``prompt_scoring``).
+the same whatever else runs beside it. Logits processors and grammars (``logits_processors``)
+act on each row alone. The returned logprob of a token is by default its log-probability under
+the distribution it was drawn from (processors, temperature, min-p, top-k and top-p applied); at
+temperature 1 with nothing else applied that equals the trainer's ``forward`` logprob, and a job
+may ask for the model's own law instead, or for both. Greedy decoding (temperature 0) reports
+the untempered logprob after the processors. On request, each step also reports the k most likely
+tokens under the reported law (tokens it could not draw are left out). What a request asks about
+its prompt comes from the same prefill (``prompt_scoring``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from transformers.cache_utils import DynamicLayer
 
 from loopwright.types import StopReason
 
+from .constrained import Grammars
+from .errors import InvalidInput
+from .logits_processors import Processors
 from .mixed_lora import LoRARouter, RowPlan
 from .prompt_scoring import (
     PromptScores,
@@ -60,6 +64,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     stop_reason: StopReason | None = None
     topk: list[TopK] | None = None
+    model_logprobs: list[float] | None = None
 
 
 @dataclass
@@ -96,11 +101,14 @@ class Sampler:
         self.max_tokens = max_tokens  # padded KV positions held, and prefilled in one pass
         eos = tokenizer.eos_token_id
         self.default_stop = [] if eos is None else [int(eos)]
+        self.grammars = Grammars(tokenizer, vocab_size)
 
     # -- validation ------------------------------------------------------------------------
     def validate(self, job: SampleJob, where: str = "") -> int:
         """Check a job; returns its effective max_tokens."""
-        return validate_job(job, self.vocab_size, self.context_length, where)
+        limit = validate_job(job, self.vocab_size, self.context_length, where)
+        self.grammars.check(job.controls.structure, f"{where}sampling_params")
+        return limit
 
     # -- sampling --------------------------------------------------------------------------
     @torch.no_grad()
@@ -160,14 +168,17 @@ class Sampler:
         return logits_J_K_V[:, -1].float(), scores, mask
 
     def _draw(self, logits_R_V: torch.Tensor, rows: Sequence[_Row], run: _Run):
-        """Pick one token per row; returns tokens, their logprobs under the sampling law and,
-        for rows whose job asks, the most likely tokens under that law."""
+        """Pick one token per row; returns tokens, their logprobs under the law each job reports,
+        for rows whose job asks the most likely tokens under that law, and for jobs that ask
+        for both laws the model's own logprobs."""
         jobs = run.jobs
         row_jobs = [r.job for r in rows]
         dev = logits_R_V.device
+        processed_R_V = run.processors.before_temperature(logits_R_V, rows)
         temps = torch.tensor([jobs[j].temperature for j in row_jobs], device=dev)
         greedy = temps == 0
-        scaled = logits_R_V / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(-1)
+        scaled = processed_R_V / torch.where(greedy, torch.ones_like(temps), temps).unsqueeze(-1)
+        scaled = run.processors.after_temperature(scaled, rows)
         scaled = self._truncate(scaled, row_jobs, jobs)
         logp_R_V = torch.log_softmax(scaled, dim=-1)
         u_R = uniforms(
@@ -177,11 +188,19 @@ class Sampler:
         )
         tokens = _inverse_cdf(logp_R_V, torch.from_numpy(u_R).to(dev))
         if bool(greedy.any()):
-            tokens = torch.where(greedy, logits_R_V.argmax(-1), tokens)
-            raw = torch.log_softmax(logits_R_V, dim=-1)
-            logp_R_V = torch.where(greedy.unsqueeze(-1), raw, logp_R_V)
+            tokens = torch.where(greedy, processed_R_V.argmax(-1), tokens)
+            untempered = torch.log_softmax(processed_R_V, dim=-1)
+            logp_R_V = torch.where(greedy.unsqueeze(-1), untempered, logp_R_V)
+        laws = [jobs[j].controls.logprobs_of for j in row_jobs]
+        model_R = None
+        if any(law != "sampled" for law in laws):
+            model_R_V = torch.log_softmax(logits_R_V, dim=-1)
+            own = torch.tensor([law == "model" for law in laws], device=dev)
+            logp_R_V = torch.where(own.unsqueeze(-1), model_R_V, logp_R_V)
+            model_R = model_R_V.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).tolist()
         picked = logp_R_V.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-        return tokens.tolist(), picked.tolist(), _top_logprobs(logp_R_V, row_jobs, jobs)
+        tops = _top_logprobs(logp_R_V, row_jobs, jobs)
+        return tokens.tolist(), picked.tolist(), tops, model_R
 
     @staticmethod
     def _truncate(
@@ -272,6 +291,13 @@ class _Run:
         self.adapters = adapters
         self.limits = limits
         self.seeds = [secrets.randbits(63) if j.seed is None else int(j.seed) for j in jobs]
+        self.processors = Processors(
+            [j.controls for j in jobs],
+            [j.prompt for j in jobs],
+            sampler.vocab_size,
+            sampler.device,
+            sampler.grammars,
+        )
         self.finished: list[_Row] = []
         self.scores: list[PromptScores] = [PromptScores() for _ in jobs]
         self.pending = deque(range(len(jobs)))
@@ -288,12 +314,17 @@ class _Run:
         for j, job in enumerate(self.jobs):
             rows = sorted((r for r in self.finished if r.job == j), key=lambda r: r.sample)
             seqs = [
-                SampledSeq(r.tokens, r.logprobs, r.stop_reason or "length", r.topk) for r in rows
+                SampledSeq(
+                    r.tokens, r.logprobs, r.stop_reason or "length", r.topk, r.model_logprobs
+                )
+                for r in rows
             ]
             hits = (job.num_samples - 1) * len(
                 job.prompt
             )  # every sample but one reuses the prefill
-            out.append(SampleResult(seqs, self.scores[j], hits))
+            failed = self.processors.errors.get(j)
+            error = None if failed is None else InvalidInput("sampling_params", failed)
+            out.append(SampleResult(seqs, self.scores[j], hits, error))
         return out
 
     def _admit(self) -> list[int]:
@@ -328,7 +359,12 @@ class _Run:
             self.scores[j] = sc
         index = [k for k, job in enumerate(jobs) for _ in range(job.num_samples)]
         rows = [
-            _Row(job=j, sample=i, topk=[] if self.jobs[j].topk_logprobs else None)
+            _Row(
+                job=j,
+                sample=i,
+                topk=[] if self.jobs[j].topk_logprobs else None,
+                model_logprobs=[] if self.jobs[j].controls.logprobs_of == "both" else None,
+            )
             for j in admitted
             for i in range(self.jobs[j].num_samples)
         ]
@@ -367,13 +403,19 @@ class _Run:
 
     def _advance(self, rows: list[_Row], logits_R_V: torch.Tensor) -> list[int]:
         """Draw the next token of each row and append it; marks rows that stop."""
-        tokens, logps, tops = self.s._draw(logits_R_V, rows, self)
+        tokens, logps, tops, model_logps = self.s._draw(logits_R_V, rows, self)
+        complete = self.processors.advance(rows, tokens)
         for pos, row in enumerate(rows):
             if row.topk is not None:
                 row.topk.append(tops[pos])
-            self._append(row, tokens[pos], logps[pos])
+            if row.model_logprobs is not None and model_logps is not None:
+                row.model_logprobs.append(model_logps[pos])
+            self._append(row, tokens[pos], logps[pos], complete[pos])
+            if row.stop_reason is None and row.job in self.processors.errors:
+                row.stop_reason = "stop"  # its request failed: the rows go, the error stays
             if row.stop_reason is not None:
                 self.finished.append(row)
+        self.processors.release(rows)
         if self.on_tokens is not None:
             self.on_tokens(
                 [
@@ -426,13 +468,16 @@ class _Run:
             [run.rows[p] for p in keep], run.cache, mask, positions, [tokens[p] for p in keep]
         )
 
-    def _append(self, row: _Row, token: int, logprob: float) -> None:
+    def _append(self, row: _Row, token: int, logprob: float, complete: bool = False) -> None:
+        """``complete``: the row's grammar allows nothing more."""
         job = self.jobs[row.job]
         row.tokens.append(int(token))
         row.logprobs.append(float(logprob))
         stops = self.s.default_stop if job.stop_tokens is None else job.stop_tokens
-        if token in stops or (
-            job.stop_strings and self._hit_stop_string(row.tokens, job.stop_strings)
+        if (
+            token in stops
+            or complete
+            or (job.stop_strings and self._hit_stop_string(row.tokens, job.stop_strings))
         ):
             row.stop_reason = "stop"
         elif len(row.tokens) >= self.limits[row.job]:

@@ -11,6 +11,7 @@ from controlplane.edge.callers import allow
 from controlplane.fleet.selectors import base_model_get, served_base_models
 from controlplane.tenants.models import StorageLocation, Subnet
 from controlplane.training_sessions.errors import NotFound
+from controlplane.training_sessions.services.placement import served_capabilities
 from loopwright.types import (
     ClientConfigResponse,
     ClientDynamicConfigResponse,
@@ -48,8 +49,16 @@ def client_dynamic_config(request: Request) -> Response:
 
 @api_view(["GET"])
 def get_server_capabilities(request: Request) -> Response:
+    """Every base model a live worker serves, its context length, and whether it can be
+    trained and sampled now."""
+    capable = served_capabilities()
     models = [
-        SupportedModel(model_name=m.name, max_context_length=m.context_length)
+        SupportedModel(
+            model_name=m.name,
+            max_context_length=m.context_length,
+            trainable=capable.get(m.name, (False, False))[0],
+            sampleable=capable.get(m.name, (False, False))[1],
+        )
         for m in served_base_models()
     ]
     return Response(GetServerCapabilitiesResponse(supported_models=models).model_dump(mode="json"))

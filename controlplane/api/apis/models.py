@@ -156,6 +156,7 @@ def checkpoint_json(c: Checkpoint) -> dict:
         "size_bytes": c.size_bytes,
         "public": False,
         "expires_at": c.expires_at.isoformat() if c.expires_at else None,
+        "base_model": c.base_model,  # tinker 0.39's Checkpoint.base_model
     }
 
 
@@ -271,7 +272,6 @@ def checkpoint_search(request: Request) -> Response:
                 {
                     **checkpoint_json(c),
                     "training_run_id": c.model_id,
-                    "base_model": c.base_model,
                     "user_metadata": metadata.get(c.tinker_path) or None,
                 }
                 for c in page

@@ -12,7 +12,10 @@ from controlplane.errors import DomainError
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
-from controlplane.training_sessions.services.sample_options import sample_options
+from controlplane.training_sessions.services.sample_options import (
+    sample_options,
+    structure_check,
+)
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
 from ..operation_responses import future
@@ -39,6 +42,7 @@ def asample(request: Request) -> Response:
     body = body_object(request)
     sample_options(body)
     req = SampleRequest.model_validate(body)
+    structure_check(req.sampling_params)
     if not req.sampling_session_id:
         raise DomainError(
             "sampling_session_id is required (create a sampling session first)",

@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('tenants', '0006_login_and_signup_throttles'),
-        ('training_sessions', '0012_operation_api_key'),
+        ('training_sessions', '0013_operation_api_key'),
     ]
 
     operations = [

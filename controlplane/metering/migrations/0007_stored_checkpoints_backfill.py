@@ -26,7 +26,7 @@ def backfill(apps, schema_editor) -> None:
 class Migration(migrations.Migration):
     dependencies = [
         ("metering", "0006_storage_meter"),
-        ("training_sessions", "0012_operation_api_key"),
+        ("training_sessions", "0013_operation_api_key"),
     ]
 
     operations = [migrations.RunPython(backfill, migrations.RunPython.noop)]

@@ -196,6 +196,22 @@ def takes_samplers(worker: Worker) -> bool:
     return worker.rank == 0 if worker.shard_ranks > 1 else not worker.rank
 
 
+def served_capabilities() -> dict[str, tuple[bool, bool]]:
+    """Per base model a live worker serves: whether training models can be placed on its live
+    workers now (one with room for training models, or enough sharding workers for a group),
+    and whether samplers can (a worker that takes them, or such a group)."""
+    live = list(live_workers().only("base_model_id", "capacity", "rank", "shard_ranks"))
+    found: dict[str, tuple[bool, bool]] = {}
+    for name in sorted({w.base_model_id for w in live}):
+        serving = [w for w in live if w.base_model_id == name]
+        sharding = [w for w in serving if w.shard_ranks > 1]
+        groups = bool(sharding) and len(sharding) >= min(w.shard_ranks for w in sharding)
+        whole = [w for w in serving if w.shard_ranks <= 1]
+        trainable = groups or any(w.capacity > 0 for w in whole)
+        found[name] = (trainable, groups or any(takes_samplers(w) for w in whole))
+    return found
+
+
 def sharded_home(base_model: str, network: Network, live: list[Worker]) -> Worker | None:
     """The coordinator of a sharded group a sampler of ``base_model`` can run on (the one with
     the fewest samplers, or one formed now), None if no such group can serve it yet."""

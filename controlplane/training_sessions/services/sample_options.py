@@ -1,7 +1,9 @@
 """The sampling options tinker SDK 0.30–0.38 added to ``asample`` (top-k of sampled tokens,
 logprobs of chosen prompt tokens, draws at prompt positions, scoring only the prompt's tail):
 checked against the prompt and the service's limits before the request is taken (a 400 naming
-the option), then passed to the worker in the operation's payload under their wire names.
+the option), then passed to the worker in the operation's payload under their wire names. So
+is a structured-output request's schema, regex or grammar: one that cannot be compiled is
+refused here, with the reason.
 
 The wire type ``SampleRequest`` checks their types; the worker checks them again against the
 model (its vocabulary, its context).
@@ -14,9 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from controlplane.errors import DomainError
-from loopwright.types import TensorData
+from loopwright.structured_output import Structure, compile_error
+from loopwright.types import SamplingParams, TensorData
 
-__all__ = ["LIMITS", "sample_options"]
+__all__ = ["LIMITS", "sample_options", "structure_check"]
 
 LIMITS = {"topk_sample_logprobs": 20, "prompt_alt_tokens_k": 64, "target_prompt_logprobs": 64}
 """Most tokens per position each option may ask for (the worker also bounds len(prompt) × k)."""
@@ -73,12 +76,6 @@ def _check(body: dict) -> None:
     target = body.get("target_prompt_logprobs")
     if target is not None:
         _check_target(target, scored)
-    if body.get("record_stability_info") not in (None, False):
-        raise OptionError(
-            "record_stability_info: stability records (for the stable_reinforce loss) are not "
-            "kept here",
-            field="record_stability_info",
-        )
 
 
 def _check_target(value: Any, scored: int | None) -> None:
@@ -101,6 +98,18 @@ def _check_target(value: Any, scored: int | None) -> None:
         )
     if tensor.data and min(tensor.data) < -1:  # type: ignore[type-var]
         raise OptionError(f"{field}: token ids, or -1 for an empty cell", field=field)
+
+
+def structure_check(params: SamplingParams) -> None:
+    """Refuse a schema, regex or grammar llguidance cannot compile (within its limits), naming
+    the field and saying why, before the request is taken."""
+    structure = Structure.of(params)
+    if structure is None:
+        return
+    error = compile_error(structure)
+    if error is not None:
+        field = f"sampling_params.{structure.kind}"
+        raise OptionError(f"{field}: cannot be compiled: {error}", field=field)
 
 
 def sample_options(body: dict) -> None:

@@ -37,6 +37,12 @@ def highest_sampled(payload: dict) -> int | None:
     return highest
 
 
+def highest_biased(payload: dict) -> int | None:
+    """The highest token id a sample request's ``logit_bias`` names."""
+    bias = (payload.get("sampling_params") or {}).get("logit_bias")
+    return _max(None, [int(token) for token in bias] if bias else None)
+
+
 def _max(highest: int | None, values: Iterable | None) -> int | None:
     if not values:
         return highest

@@ -8,7 +8,13 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from ..types import Datum, ForwardBackwardInput, TensorData
+from ..types import (
+    Datum,
+    ForwardBackwardInput,
+    PromptProvenanceSpan,
+    SampledProvenanceSpan,
+    TensorData,
+)
 from ..types.chunks import EncodedTextChunk
 from . import pb
 
@@ -39,6 +45,16 @@ def _datum_to_proto(datum: Datum, msg: Any) -> None:
         msg.model_input.add().encoded_text.tokens = np.asarray(chunk.tokens, "<i4").tobytes()
     for name, tensor in datum.loss_fn_inputs.items():
         tensor_to_proto(tensor, msg.loss_fn_inputs[name])
+    for span in datum.model_input_spans or ():
+        _span_to_proto(span, msg.model_input_spans.add())
+    for span in datum.loss_fn_input_spans or ():
+        _span_to_proto(span, msg.loss_fn_input_spans.add())
+
+
+def _span_to_proto(span: PromptProvenanceSpan | SampledProvenanceSpan, msg: Any) -> None:
+    """A span as the ``ProvenanceSpan`` oneof arm its ``type`` names."""
+    arm = getattr(msg, span.type)
+    arm.sequence_id, arm.offset, arm.length = span.sequence_id, span.offset, span.length
 
 
 def encode_forward_backward(

@@ -54,6 +54,12 @@ from .optim import (
     unsupported_optimizer,
 )
 from .pagination import Cursor
+from .provenance import (
+    PromptProvenanceSpan,
+    ProvenanceSpan,
+    ProvenanceSpans,
+    SampledProvenanceSpan,
+)
 from .sampling import (
     PromptAltTokens,
     SampledSequence,
@@ -87,6 +93,12 @@ from .sessions import (
 from .tensor_data import TensorData, TensorDtype
 from .training import ForwardBackwardRequest, ForwardRequest
 from .training_runs import TrainingRun, TrainingRunsResponse
+from .uploads import (
+    ExternalWeightsUploadFinishRequest,
+    ExternalWeightsUploadFinishResponse,
+    ExternalWeightsUploadStartRequest,
+    ExternalWeightsUploadStartResponse,
+)
 from .vpc import VpcConfig
 from .weights import (
     CopyWeightsRequest,
@@ -131,6 +143,10 @@ __all__ = [
     "DimuonParams",
     "EncodedTextChunk",
     "ErrorBody",
+    "ExternalWeightsUploadFinishRequest",
+    "ExternalWeightsUploadFinishResponse",
+    "ExternalWeightsUploadStartRequest",
+    "ExternalWeightsUploadStartResponse",
     "ForwardBackwardInput",
     "ForwardBackwardOutput",
     "ForwardBackwardRequest",
@@ -162,11 +178,15 @@ __all__ = [
     "OptimizerConfig",
     "ParsedCheckpointTinkerPath",
     "PromptAltTokens",
+    "PromptProvenanceSpan",
+    "ProvenanceSpan",
+    "ProvenanceSpans",
     "QueueState",
     "RequestErrorCategory",
     "RequestFailedResponse",
     "SampleRequest",
     "SampleResponse",
+    "SampledProvenanceSpan",
     "SampledSequence",
     "SamplingParams",
     "SaveWeightsExternalRequest",

@@ -39,6 +39,9 @@ class Checkpoint(ResponseModel):
     expires_at: datetime | None = None
     """When it expires; None means never."""
 
+    base_model: str | None = None
+    """The base model its adapter belongs to (tinker 0.39)."""
+
 
 class CheckpointsListResponse(ResponseModel):
     """A page of checkpoints."""

@@ -14,6 +14,16 @@ from ._base import RequestModel, ResponseModel
 from .chunks import EncodedTextChunk
 from .limits import INT32_MAX, BaseModelName, Counter, Id, Seed, TinkerPath, TokenId
 from .model_input import ModelInput
+from .sampling_controls import (
+    JsonSchema,
+    LarkGrammar,
+    LogitBias,
+    LogprobsOf,
+    MinP,
+    Penalty,
+    Regex,
+    RepetitionPenalty,
+)
 from .tensor_data import TensorData
 
 __all__ = [
@@ -60,6 +70,46 @@ class SamplingParams(ResponseModel):
 
     top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1
     """Nucleus sampling probability mass: above 0, at most 1."""
+
+    # Loopwright's controls (docs/sampling.md); the official tinker SDK cannot send them.
+    min_p: MinP | None = None
+    """Keep tokens whose probability (after temperature) is at least min_p × the likeliest
+    token's: 0 to 1; None or 0 is off."""
+
+    repetition_penalty: RepetitionPenalty | None = None
+    """Penalise every token already in the prompt or the completion: a positive logit is
+    divided by it, a negative one multiplied; above 0, None or 1 is off."""
+
+    presence_penalty: Penalty | None = None
+    """Subtracted once from the logit of every token the completion already holds: −2 to 2."""
+
+    frequency_penalty: Penalty | None = None
+    """Subtracted from a token's logit once per time the completion already holds it: −2 to 2."""
+
+    logit_bias: LogitBias | None = None
+    """Token id (decimal string, or int in Python) → −100 to 100 added to its logit; −100 bans
+    the token, 100 forces it (only forced tokens may be drawn)."""
+
+    json_schema: JsonSchema | None = None
+    """The completion is JSON that satisfies this schema (``{"type": "object"}``: any object)."""
+
+    regex: Regex | None = None
+    """The completion matches this regular expression, whole."""
+
+    grammar: LarkGrammar | None = None
+    """The completion is a sentence of this grammar (llguidance's Lark syntax)."""
+
+    logprobs_of: LogprobsOf | None = None
+    """Which law ``logprobs`` (and the top-k logprobs) are of: ``sampled`` (None: the law each
+    token was drawn from), ``model`` (the model's own, as the trainer's ``forward``), or
+    ``both`` (``sampled``, plus ``SampledSequence.model_logprobs``)."""
+
+    @model_validator(mode="after")
+    def _one_structure(self) -> SamplingParams:
+        given = [n for n in ("json_schema", "regex", "grammar") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give at most one of json_schema, regex and grammar, not {given}")
+        return self
 
 
 class SampleRequest(RequestModel):
@@ -111,8 +161,10 @@ class SampleRequest(RequestModel):
     between 1 and len(prompt) - 1; also applies to topk_prompt_logprobs."""
 
     record_stability_info: bool | None = None
-    """Record stability information for StableReinforce; Loopwright refuses ``true`` (it
-    records none)."""
+    """Record every returned sequence (its prompt, sampled tokens and their logprobs) so that
+    training requests can cite it by ``sequence_id`` in their provenance spans (the
+    ``stable_reinforce`` loss needs it); a recorded sequence stays citable by this session for a
+    day after its last use."""
 
     type: Literal["sample"] = "sample"
     """Request kind tag."""
@@ -138,11 +190,20 @@ class SampledSequence(ResponseModel):
     """Generated token ids."""
 
     logprobs: list[float] | None = None
-    """Logprob of each generated token."""
+    """Logprob of each generated token, under the law ``sampling_params.logprobs_of`` names
+    (by default the distribution it was drawn from)."""
+
+    model_logprobs: list[float] | None = None
+    """With ``logprobs_of="both"``: the model's own logprob of each generated token
+    (temperature 1, no control applied), as the trainer's ``forward`` computes it."""
 
     topk_logprobs: list[TopK | None] | None = None
-    """Per generated token, the most likely tokens under the distribution it was drawn from,
-    if ``topk_sample_logprobs`` (or ``topk_logprobs``) asked for them."""
+    """Per generated token, the most likely tokens under the law of ``logprobs``, if
+    ``topk_sample_logprobs`` (or ``topk_logprobs``) asked for them."""
+
+    sequence_id: str | None = None
+    """The sequence's id (``<request_id>:<i>``), unique in the account; a training request of the
+    same session cites a recorded sequence by it (``Datum.with_provenance``)."""
 
 
 class PromptAltTokens(ResponseModel):

@@ -32,6 +32,12 @@ class SupportedModel(ResponseModel):
     max_context_length: int | None = None
     """Longest sequence, in tokens, the model accepts."""
 
+    trainable: bool | None = None
+    """Whether training models can be created on it now (a live worker has room for them)."""
+
+    sampleable: bool | None = None
+    """Whether it can be sampled now (a live worker takes samplers of it)."""
+
 
 class GetServerCapabilitiesResponse(ResponseModel):
     """What the server offers."""

@@ -1,5 +1,5 @@
 """Show or change one account's quotas (concurrent sessions, requests per minute, monthly token
-budget, replicas per training model)."""
+budget, replicas per training model, bytes of recorded sampled sequences)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class Command(BaseCommand):
     help = (
         "Override --account's quotas; 'default' goes back to the settings "
         "(LOOPWRIGHT_MAX_CONCURRENT_SESSIONS, LOOPWRIGHT_REQUESTS_PER_MINUTE, "
-        "LOOPWRIGHT_MONTHLY_TOKEN_BUDGET, LOOPWRIGHT_MAX_REPLICAS). "
+        "LOOPWRIGHT_MONTHLY_TOKEN_BUDGET, LOOPWRIGHT_MAX_REPLICAS, LOOPWRIGHT_MAX_RECORDED_BYTES). "
         "Prints the effective limits."
     )
 
@@ -43,6 +43,7 @@ class Command(BaseCommand):
             "--monthly-token-budget", type=_limit, metavar="N|default", default=SUPPRESS
         )
         parser.add_argument("--max-replicas", type=_limit, metavar="N|default", default=SUPPRESS)
+        parser.add_argument("--recorded-bytes", type=_limit, metavar="N|default", default=SUPPRESS)
 
     def handle(self, *args, **opts) -> None:
         tenant = Tenant.objects.filter(account_id=opts["account"]).first()
@@ -53,6 +54,7 @@ class Command(BaseCommand):
             "requests_per_minute",
             "monthly_token_budget",
             "max_replicas",
+            "recorded_bytes",
         )
         changes = {k: opts[k] for k in names if k in opts}
         try:
@@ -72,3 +74,4 @@ class Command(BaseCommand):
         budget = limits.monthly_token_budget
         self.stdout.write(f"monthly_token_budget\t{'unlimited' if budget is None else budget}")
         self.stdout.write(f"max_replicas\t{limits.max_replicas}")
+        self.stdout.write(f"recorded_bytes\t{limits.recorded_bytes}")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("registry", "0001_initial"),
+        ("registry", "0002_external_uploads"),
     ]
 
     operations = [

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("training_sessions", "0011_recovery_group_broken"),
+        ("training_sessions", "0012_recorded_samples"),
     ]
 
     operations = [
