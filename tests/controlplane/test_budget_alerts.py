@@ -17,7 +17,7 @@ from django.utils import timezone
 from controlplane.audit.models import AuditEvent
 from controlplane.budgets import selectors
 from controlplane.budgets.alerts import ALERT_ACTION, budgets_check
-from controlplane.budgets.models import BudgetAlert, WebhookDelivery
+from controlplane.budgets.models import Budget, BudgetAlert, WebhookDelivery
 from controlplane.budgets.webhooks import SIGNATURE_HEADER, deliveries_send, signature_valid
 from controlplane.housekeeping.janitor import sweep
 from controlplane.metering.models import UsageRecord
@@ -229,3 +229,40 @@ def test_lowering_a_limit_fires_what_it_now_passes_at_once(alice) -> None:
     assert r.status_code == 200
     assert sorted(BudgetAlert.objects.values_list("threshold", flat=True)) == [50, 80, 100]
     assert [a["threshold"] for a in r.json()["alerts"]] == [50, 80, 100]
+
+
+def test_a_webhook_secret_moves_with_the_master_key(alice, receiver, settings) -> None:
+    from controlplane.budgets.webhook_secrets import secret_open
+    from controlplane.kms.keyring import MasterKey, TamperedError
+    from controlplane.kms.master_rotation import master_key_rewrap
+
+    old, new = "o" * 64, "n" * 64
+    settings.KMS_MASTER_KEY, settings.KMS_MASTER_KEY_PREVIOUS = old, None
+    secret = budget(alice, receiver)["webhook_secret"]
+    counts = master_key_rewrap(old=MasterKey(old), new=MasterKey(new))
+    assert counts["budget webhook secrets"] == 1
+    settings.KMS_MASTER_KEY = new
+    row = Budget.objects.get(name="monthly")
+    assert (
+        secret_open(account_id=alice.tenant.account_id, name="monthly", sealed=row.webhook_secret)
+        == secret
+    )
+    settings.KMS_MASTER_KEY = old
+    with pytest.raises(TamperedError):
+        secret_open(account_id=alice.tenant.account_id, name="monthly", sealed=row.webhook_secret)
+
+
+def test_the_holds_of_finished_operations_are_forgotten(alice, runtime) -> None:
+    from controlplane.budgets.models import BudgetHold
+    from controlplane.budgets.services import holds_prune
+
+    from .wire import create_model, datum, fwdbwd, open_session
+
+    budget(alice)
+    model = create_model(alice, runtime, open_session(alice))
+    r = alice.post("forward_backward", fwdbwd(model, 1, [datum([1, 2, 3])]))
+    hold = BudgetHold.objects.get(operation_id=r.json()["request_id"])
+    assert hold.amount == 3
+    assert holds_prune() == 0  # still pending: it holds
+    runtime.drain()
+    assert holds_prune() == 1 and not BudgetHold.objects.exists()
