@@ -1,11 +1,6 @@
-"""The hard cap: a token-consuming request is admitted only while each hard budget it counts
-against has spent, with what its admitted operations still hold, less than its limit; an
-admitted request then holds the most it can cost until it finishes.
-
-Admissions to one budget take its row lock in turn (in budget id order, so two requests never
-wait on each other in a cycle), so at most one admitted operation can carry a budget over its
-limit: a budget is never overshot by more than one operation's cost.
-"""
+"""The hard cap: a token-consuming request is admitted while each hard budget it counts against
+has spent, with what admitted operations still hold, less than its limit; it then holds the most
+it can cost until it finishes. Admissions to a budget take its row lock in turn."""
 
 from __future__ import annotations
 
@@ -28,7 +23,7 @@ from controlplane.training_sessions.models import Operation, Session
 from .estimates import amount_for, bound
 from .models import Budget, BudgetHold
 from .periods import Span
-from .scopes import budgets_over, limit_of
+from .scopes import budgets_over, has_hard_budgets, limit_of
 from .spend import standing
 from .wording import refusal_text
 
@@ -63,7 +58,13 @@ def admit(
 ) -> Admission:
     """Admit a token-consuming request (inside its transaction, before its operation is
     inserted): ``BudgetExhausted`` (402) naming the first hard budget that is used up, else
-    what it is to hold (``Admission.hold`` once the operation exists)."""
+    what it is to hold (``Admission.hold`` once the operation exists).
+
+    The budgets' row locks are taken in id order (two requests never wait on each other in a
+    cycle), so at most one admitted operation carries a budget over its limit: it is never
+    overshot by more than one operation's cost."""
+    if not has_hard_budgets(tenant):  # cached: most tenants pay nothing more
+        return Admission()
     budgets = budgets_over(tenant=tenant, session=session, api_key=api_key, hard=True)
     if not budgets:
         return Admission()

@@ -1,8 +1,6 @@
-"""Soft thresholds: each budget's spend in its current period is checked against its
-thresholds (by housekeeping, and after every change to the budget); a threshold crossed for the
-first time in a period is recorded once (``BudgetAlert``, unique per budget, period and
-threshold), written to the audit log, shown on the dashboard and, when the budget has a
-webhook, queued for delivery in the same transaction (sent after it commits)."""
+"""Soft thresholds: a threshold a budget's spend passes in a period is recorded once (unique per
+budget, period and threshold) with an audit row and, for a budget with a webhook, a delivery
+queued in the same transaction (sent by housekeeping after it commits)."""
 
 from __future__ import annotations
 

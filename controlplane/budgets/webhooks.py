@@ -1,12 +1,6 @@
-"""Alert webhooks: a URL's check, the signed request, and delivery.
-
-Each delivery is a JSON body POSTed with ``Loopwright-Signature: t=<unix time>,v1=<hex>``, where
-``v1`` is HMAC-SHA256 under the budget's secret of ``<t>.<body>``: a receiver recomputes it and
-refuses a ``t`` more than five minutes from its own clock, so a captured request cannot be
-replayed later. Deliveries are sent by housekeeping (never on a request's path, always after
-the alert committed), each claimed before its attempt, and retried with backoff until the
-receiver answers 2xx or ``BUDGET_WEBHOOK_MAX_ATTEMPTS`` attempts have failed.
-"""
+"""Alert webhooks: a URL's check, the signed request (``Loopwright-Signature: t=<unix time>,
+v1=<hex HMAC-SHA256 of "<t>.<body>">``, which a receiver checks and refuses when ``t`` is old),
+and delivery by housekeeping, each claimed before its attempt and retried with backoff."""
 
 from __future__ import annotations
 

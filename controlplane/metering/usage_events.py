@@ -1,7 +1,6 @@
-"""Usage as Tinker's ``AdminClient.get_billing_usage`` reads it: hourly events, one per (hour,
-meter, base model, session, key), each with its kind (``training``, ``sampling_prefill``,
-``sampling_sample``, ``storage``), quantity and cost from the price book; and the checkpoint
-storage kept now (``get_current_checkpoint_storage_usage``)."""
+"""Usage as Tinker's ``AdminClient`` reads it: hourly events per meter, base model, session and
+key, priced from the price book (``get_billing_usage``), and the checkpoint storage kept now
+(``get_current_checkpoint_storage_usage``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Checkpoint lifecycle: a checkpoint's expiry changed without loading it, and each group's
-retention rule (keep the newest N versions' weights, keep approved ones). Weights past either
-are deleted from storage with an audit event; an approved version's weights only when its
-group's rule says approved ones are not kept."""
+retention rule (keep the newest N versions' weights, keep approved ones); an approved version's
+weights go only when its group's rule says approved ones are not kept."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Budgets: the account's spend caps with their current period's spend (a bar per budget), a
-form that makes one, and each budget's page (settings, alerts, webhook deliveries, changes and
-deletion), through the same services and IAM actions as the budgets API. A new webhook secret
-is shown once, by the page the form redirects to."""
+"""Budgets: the account's spend caps with their period's spend, a form that makes one, and each
+budget's page (settings, alerts, deliveries, changes, deletion), through the budgets services and
+IAM actions; a new webhook secret is shown once, by the page the form redirects to."""
 
 from __future__ import annotations
 
@@ -101,8 +100,7 @@ def plain(value: str | None) -> str:
     """An amount as a form shows it: 12.5, not 12.500000."""
     if value is None:
         return ""
-    text = format(Decimal(value).normalize(), "f")
-    return text
+    return format(Decimal(value).normalize(), "f")
 
 
 def _shown(budget: Budget, now) -> dict:

@@ -1,7 +1,6 @@
-"""Checkpoints past their time-to-live (ephemeral sampler weights, saves with ttl_seconds, an
-expiry set later) go: their stored objects are deleted from the storage backend (local or S3),
-then their row, with an audit event. A checkpoint the registry protects (an approved version)
-is kept, and so is one whose objects cannot be deleted now (the next sweep tries again)."""
+"""Checkpoints past their time-to-live go: their stored objects are deleted (local or S3), then
+their row, with an audit event; a checkpoint the registry protects (an approved version), or one
+whose store cannot be reached now, stays for a later sweep."""
 
 from __future__ import annotations
 
