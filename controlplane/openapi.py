@@ -34,12 +34,14 @@ from controlplane.api.apis import (
     audit,
     auth,
     billing,
+    budgets,
     copies,
     futures,
     iam_access_keys,
     iam_roles,
     iam_users,
     kms,
+    lifecycle,
     meta,
     models,
     registry,
@@ -300,10 +302,47 @@ ROUTES: dict[Callable, dict[str, Op]] = {
             query=[
                 q("format", str, "json (default) or csv", enum=["json", "csv"]),
                 *RANGE,
-                q("group_by", str, "comma-separated: day, session, base_model, meter"),
+                q(
+                    "group_by",
+                    str,
+                    "comma-separated: day, hour (31 days at most), session, api_key, "
+                    "base_model, meter",
+                ),
                 q("meter", str, "comma-separated meters"),
+                q("api_key", str, "only this key's usage: an API key's prefix or an access key id"),
+                q("session", str, "only this session's usage"),
+                q("tag", str, "only the usage of sessions with this tag (label or key=value)"),
             ],
         )
+    },
+    billing.usage_events: {
+        "GET": Op(
+            query=[
+                q("starting_on", str, "RFC 3339, on a UTC hour", required=True),
+                q(
+                    "ending_before",
+                    str,
+                    "RFC 3339, on a UTC hour, at most 14 days later",
+                    required=True,
+                ),
+            ]
+        )
+    },
+    billing.storage_current: {"GET": Op(query=[q("project_id", str, "default: the one project")])},
+    budgets.budgets: {
+        "GET": Op(),
+        "POST": Op(request=bodies.BudgetCreateBody, status=201),
+    },
+    budgets.budget: {
+        "GET": Op(),
+        "PATCH": Op(request=bodies.BudgetUpdateBody),
+        "DELETE": Op(ok=None, status=204),
+    },
+    lifecycle.checkpoint_ttl: {"PUT": Op(request=bodies.CheckpointTtlBody)},
+    lifecycle.retention: {
+        "GET": Op(),
+        "PUT": Op(request=bodies.RetentionRuleBody),
+        "DELETE": Op(ok=None, status=204),
     },
     billing.invoice_preview: {"GET": Op()},
     billing.reconciliation: {"GET": Op(query=RANGE)},

@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "controlplane.registry",
     "controlplane.metering",
     "controlplane.quotas",
+    "controlplane.budgets",
     "controlplane.billing",
     "controlplane.housekeeping",
     "controlplane.api",
@@ -317,12 +318,19 @@ STRIPE_METER_EVENT_NAMES = {
     "forward_tokens": "loopwright_forward_tokens",
     "prefill_tokens": "loopwright_prefill_tokens",
     "sampled_tokens": "loopwright_sampled_tokens",
+    "storage_gb_months": "loopwright_storage_gb_months",
     **env.dict("LOOPWRIGHT_STRIPE_METER_EVENT_NAMES", default={}),
 }
 STRIPE_PUSH_WINDOW_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_WINDOW_MINUTES", default=60)
 STRIPE_PUSH_GRACE_MINUTES = env.int("LOOPWRIGHT_STRIPE_PUSH_GRACE_MINUTES", default=15)
 STRIPE_PUSH_BACKFILL_DAYS = env.int("LOOPWRIGHT_STRIPE_PUSH_BACKFILL_DAYS", default=30)
 STRIPE_MAX_NETWORK_RETRIES = env.int("LOOPWRIGHT_STRIPE_MAX_NETWORK_RETRIES", default=2)
+# Budgets' alert webhooks (docs/billing.md, "Budgets"): how long one delivery may take, how
+# often one is tried, and whether a URL may reach this machine or a private network (tests,
+# self-hosted receivers); by default such an address is refused.
+BUDGET_WEBHOOK_TIMEOUT_SECONDS = env.float("LOOPWRIGHT_BUDGET_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+BUDGET_WEBHOOK_MAX_ATTEMPTS = env.int("LOOPWRIGHT_BUDGET_WEBHOOK_MAX_ATTEMPTS", default=12)
+BUDGET_WEBHOOK_ALLOW_PRIVATE = env.bool("LOOPWRIGHT_BUDGET_WEBHOOK_ALLOW_PRIVATE", default=False)
 
 # Metrics at /metrics (controlplane/observability): a bearer token and/or a port of its own;
 # with neither, /metrics answers nobody. The embedded default makes its token into DATA_DIR.

@@ -27,8 +27,9 @@ def _reseed_default_prices(sender, app_config, apps=None, **kwargs) -> None:
 
         from django.apps import apps as installed
 
-        seeded = importlib.import_module("controlplane.metering.migrations.0002_default_prices")
-        seeded.seed(apps or installed, None)  # a flush sends no ``apps``: the installed ones
+        for name in ("0002_default_prices", "0008_storage_price"):
+            seeded = importlib.import_module(f"controlplane.metering.migrations.{name}")
+            seeded.seed(apps or installed, None)  # a flush sends no ``apps``: the installed ones
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,7 +12,7 @@ from controlplane.metering.models import ANY_BASE_MODEL, Meter
 from controlplane.metering.pricing import MILLION, PriceBook
 from controlplane.metering.selectors import price_points
 
-from .values import meter_name, tokens, usd
+from .values import NOTHING, meter_name, tokens, usd
 
 # the example run the new-session form prices: steps × sequences × tokens per sequence
 EXAMPLE = {"steps": 1000, "sequences": 8, "tokens": 512}
@@ -30,10 +30,16 @@ class PriceRow:
 
     @property
     def per_million_text(self) -> str:
-        return usd(self.per_million) if self.per_million is not None else "free"
+        if self.per_million is None:
+            return "free"
+        if self.meter == Meter.STORAGE_GB_MONTHS:  # a million of its units is a GB-month
+            return f"{usd(self.per_million)} per GB-month"
+        return usd(self.per_million)
 
     @property
     def per_thousand_text(self) -> str:
+        if self.meter == Meter.STORAGE_GB_MONTHS:
+            return NOTHING
         return usd(self.per_million / 1000) if self.per_million is not None else "free"
 
 

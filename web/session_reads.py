@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, Sum
 
-from controlplane.metering.models import UsageRecord
+from controlplane.metering.models import TOKEN_METERS, UsageRecord
 from controlplane.registry.models import ModelPackage
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
@@ -63,7 +63,7 @@ def session_rows(
         if base not in bases[session_id]:
             bases[session_id].append(base)
     tokens = dict(
-        UsageRecord.objects.filter(tenant=tenant, session_id__in=ids)
+        UsageRecord.objects.filter(tenant=tenant, session_id__in=ids, meter__in=TOKEN_METERS)
         .values("session_id")
         .annotate(q=Sum("quantity"))
         .values_list("session_id", "q")

@@ -2,6 +2,17 @@
 
 from django.urls import include, path
 
-SECTIONS = ("accounts", "overview", "sessions", "registry", "iam", "kms", "vpc", "billing", "audit")
+SECTIONS = (
+    "accounts",
+    "overview",
+    "sessions",
+    "registry",
+    "iam",
+    "kms",
+    "vpc",
+    "billing",
+    "budgets",
+    "audit",
+)
 
 urlpatterns = [path("", include(f"web.pages.{section}")) for section in SECTIONS]

@@ -15,12 +15,14 @@ METER_NAMES = {
     Meter.FORWARD_TOKENS: "Forward tokens",
     Meter.PREFILL_TOKENS: "Prompt tokens (sampling)",
     Meter.SAMPLED_TOKENS: "Sampled tokens",
+    Meter.STORAGE_GB_MONTHS: "Checkpoint storage",
 }
 METER_HINTS = {
     Meter.TRAIN_TOKENS: "every datum's input to forward_backward",
     Meter.FORWARD_TOKENS: "every datum's input to forward",
     Meter.PREFILL_TOKENS: "the prompt of a sample request, once",
     Meter.SAMPLED_TOKENS: "the tokens of every sequence a sample returns",
+    Meter.STORAGE_GB_MONTHS: "checkpoints kept, in millionths of a GB-month",
 }
 
 

@@ -35,7 +35,9 @@ def _prompt(
     return sampler, tokenizer, prompt
 
 
-def messages_prepare(*, tenant: Tenant, req: MessagesRequest, authorize: Authorize) -> Prepared:
+def messages_prepare(
+    *, tenant: Tenant, req: MessagesRequest, authorize: Authorize, api_key: str = ""
+) -> Prepared:
     sampler, tokenizer, prompt = _prompt(tenant, req, authorize)
     params = SamplingParams(
         max_tokens=req.max_tokens,
@@ -52,6 +54,7 @@ def messages_prepare(*, tenant: Tenant, req: MessagesRequest, authorize: Authori
         model=req.model,
         prompt_param="messages",
         id_prefix=ID_PREFIX,
+        api_key=api_key,
     )
 
 
@@ -61,8 +64,9 @@ def messages_complete(
     req: MessagesRequest,
     authorize: Authorize,
     idempotency_key: str | None = None,
+    api_key: str = "",
 ) -> Completed:
-    prepared = messages_prepare(tenant=tenant, req=req, authorize=authorize)
+    prepared = messages_prepare(tenant=tenant, req=req, authorize=authorize, api_key=api_key)
     return prepared_complete(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
 
 

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 
 from controlplane.completions import live
 from controlplane.edge.anthropic_errors import anthropic_exception_handler
-from controlplane.edge.callers import allow, tenant_of
+from controlplane.edge.callers import allow, key_of, tenant_of
 from controlplane.edge.idempotency import idempotency_key
 
 from . import responses, services, sse
@@ -54,7 +54,7 @@ class MessagesView(AnthropicView):
         tenant, key = tenant_of(request), idempotency_key(request)
         if req.stream:
             prepared = services.messages_prepare(
-                tenant=tenant, req=req, authorize=_authorizer(request)
+                tenant=tenant, req=req, authorize=_authorizer(request), api_key=key_of(request)
             )
             events = live.stream(tenant=tenant, prepared=prepared, idempotency_key=key)
             stream = sse.message_events(
@@ -67,7 +67,11 @@ class MessagesView(AnthropicView):
             response["X-Accel-Buffering"] = "no"  # proxies pass each event on at once
             return response
         done = services.messages_complete(
-            tenant=tenant, req=req, authorize=_authorizer(request), idempotency_key=key
+            tenant=tenant,
+            req=req,
+            authorize=_authorizer(request),
+            idempotency_key=key,
+            api_key=key_of(request),
         )
         return Response(responses.message(done))
 

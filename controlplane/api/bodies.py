@@ -123,3 +123,50 @@ class FinishReason(BaseModel):
 class SessionFinishBody(Body):
     reason: FinishReason
     detail: _text(MAX_DETAIL, required=False) | None = None
+
+
+Amount = int | float | Annotated[str, Field(min_length=1, max_length=40)]
+Thresholds = Annotated[list[Annotated[int, Field(ge=1, le=1000)]], Field(max_length=10)]
+
+
+class BudgetCreateBody(Body):
+    name: _text(64)
+    """1 to 64 letters, digits, '.', '_' or '-' (the budget's ARN ends in it)."""
+    scope: Literal["account", "api_key", "session", "tag"]
+    scope_value: _text(256) | None = None
+    """The key's prefix or access key id, the session id, or the tag (``label`` or
+    ``key=value``); none for the account."""
+    unit: Literal["tokens", "usd"]
+    period: Literal["day", "week", "month", "total"]
+    amount: Amount
+    """The limit: whole tokens, or US dollars (at most 6 decimals), 0 to 10^15."""
+    thresholds: Thresholds | None = None
+    """Percents of the amount that alert once per period (default 50, 80, 100)."""
+    hard: bool = True
+    """Refuse token-consuming requests once the amount is reached."""
+    webhook_url: _text(2048) | None = None
+    """Where alerts are POSTed, signed (the secret is in the answer, once)."""
+    description: _text(1000, required=False) | None = None
+
+
+class BudgetUpdateBody(Body):
+    amount: Amount | None = None
+    period: Literal["day", "week", "month", "total"] | None = None
+    thresholds: Thresholds | None = None
+    hard: bool | None = None
+    webhook_url: _text(2048) | None = None
+    """A new URL (with a new secret, in the answer once), or null to remove the webhook."""
+    rotate_webhook_secret: bool | None = None
+    description: _text(1000, required=False) | None = None
+
+
+class RetentionRuleBody(Body):
+    keep_last: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Keep the weights of the newest N versions; older ones are deleted (none: keep all)."""
+    keep_approved: bool = True
+    """Never delete an approved version's weights (false: approved ones count like others)."""
+
+
+class CheckpointTtlBody(Body):
+    ttl_seconds: Annotated[int, Field(ge=3600, le=315_360_000)] | None
+    """Seconds from now until the checkpoint expires (1 hour to 10 years); null: never."""

@@ -54,6 +54,7 @@ class Prepared:
     model: str
     stops: list[str]
     id_prefix: str  # the answer's id is this and the first operation's id
+    api_key: str = ""  # the caller's key prefix: its operations and usage name it
 
 
 def prepare(
@@ -67,10 +68,11 @@ def prepare(
     model: str,
     prompt_param: str,
     id_prefix: str,
+    api_key: str = "",
 ) -> Prepared:
     """The operations of ``prompts`` sampled with ``params`` (``max_tokens`` None: the rest of
     the context); a prompt that leaves no room, or a ``max_tokens`` past it, is a 400 naming
-    ``prompt_param`` or ``max_tokens``."""
+    ``prompt_param`` or ``max_tokens``. ``api_key``: the caller's key prefix."""
     context = sampler.context_length or context_length(sampler.base_model)  # what it asked for
     payloads = [
         sample_payload(p, params, num_samples, topk_logprobs, context, prompt_param)
@@ -78,7 +80,7 @@ def prepare(
     ]
     stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
     strings = [s for s in stops if isinstance(s, str)]
-    return Prepared(sampler, tokenizer, prompts, payloads, model, strings, id_prefix)
+    return Prepared(sampler, tokenizer, prompts, payloads, model, strings, id_prefix, api_key)
 
 
 def prepared_complete(
@@ -127,16 +129,13 @@ def prepared_submit(
     payloads = prepared.payloads
     if request_ids is not None:
         payloads = [{**p, token_notices.STREAM_KEY: True} for p in payloads]
-    return _submitted(
-        tenant, prepared.sampler, payloads, prepared.model, idempotency_key, request_ids
-    )
+    return _submitted(tenant, prepared, payloads, idempotency_key, request_ids)
 
 
 def _submitted(
     tenant: Tenant,
-    sampler: SamplingSession,
+    prepared: Prepared,
     payloads: list[dict],
-    model: str,
     idempotency_key: str | None,
     request_ids: list[str] | None,
 ) -> list[Operation]:
@@ -144,6 +143,7 @@ def _submitted(
     (each is metered alone). With an ``idempotency_key``, a retry of the same request gets the
     same operations back (nothing runs or is metered again, streamed or not); the key with
     another request, or with another number of prompts, is a 409."""
+    sampler, model = prepared.sampler, prepared.model
     ids: list[str | None] = list(request_ids) if request_ids else [None] * len(payloads)
     if idempotency_key is None:
         return [
@@ -153,6 +153,7 @@ def _submitted(
                 seq_id=None,
                 payload=payload,
                 request_id=request_id,
+                api_key=prepared.api_key,
             )
             for payload, request_id in zip(payloads, ids, strict=True)
         ]
@@ -181,6 +182,7 @@ def _submitted(
                         {"model": model, "payload": _unstreamed(payload)}
                     ),
                     request_id=request_id,
+                    api_key=prepared.api_key,
                 )
                 for key, payload, request_id in zip(keys, payloads, ids, strict=True)
             ]

@@ -48,6 +48,13 @@ def tenant_of(request) -> Tenant:
     return principal_of(request).tenant
 
 
+def key_of(request) -> str:
+    """The visible prefix of the key the caller signed in with (an access key pair's id);
+    "" for a dashboard page's login. Operations and their usage record it."""
+    key = principal_of(request).api_key
+    return key.prefix if key is not None else ""
+
+
 def is_fragment(request: HttpRequest) -> bool:
     """A request for a live region's part of a page (``X-Fragment: 1``)."""
     return request.headers.get("X-Fragment") == "1"

@@ -57,6 +57,7 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
             "Make time-limited download links to a checkpoint's files",
         ),
         ("CopyCheckpoint", "checkpoint", "Copy a checkpoint into a session or the account"),
+        ("SetCheckpointTtl", "checkpoint", "Set or remove a checkpoint's expiry (TTL)"),
         (
             "UploadExternalWeights",
             "checkpoint",
@@ -76,11 +77,23 @@ _CATALOGUE: dict[str, list[tuple[str, str, str]]] = {
         ("UpdateModelPackageApproval", "model-package", "Approve or reject a model package"),
         ("DeleteModelPackage", "model-package", "Delete a model package"),
         ("DownloadModelPackage", "model-package", "Download a model package's weights"),
+        ("GetRetentionRule", "model-package-group", "Read a group's checkpoint retention rule"),
+        (
+            "PutRetentionRule",
+            "model-package-group",
+            "Set a group's checkpoint retention rule (keep the last N, keep approved versions)",
+        ),
+        ("DeleteRetentionRule", "model-package-group", "Remove a group's retention rule"),
     ],
     "billing": [
         ("GetUsageReport", "*", "Read the account's usage report"),
         ("GetInvoices", "*", "Read the account's invoices"),
         ("ManageBilling", "*", "Change payment methods and plans"),
+        ("CreateBudget", "budget", "Create a budget (a spend cap with alerts)"),
+        ("DescribeBudget", "budget", "Read a budget, its spend and its alerts"),
+        ("ListBudgets", "*", "List the account's budgets"),
+        ("UpdateBudget", "budget", "Change a budget's limit, thresholds or webhook"),
+        ("DeleteBudget", "budget", "Delete a budget"),
     ],
     "iam": [
         ("CreateRole", "role", "Create a role"),
@@ -163,6 +176,7 @@ RESOURCE_TYPES: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "sessions": frozenset({"session", "model", "sampler", "checkpoint"}),
         "registry": frozenset({"model-package-group", "model-package"}),
+        "billing": frozenset({"budget"}),
         "iam": frozenset({"role", "user", "api-key", "access-key"}),
         "kms": frozenset({"key"}),
     }

@@ -79,7 +79,12 @@ DOCUMENTS: dict[str, dict] = {
             {
                 "Sid": "ReadBilling",
                 "Effect": "Allow",
-                "Action": ["billing:GetUsageReport", "billing:GetInvoices"],
+                "Action": [
+                    "billing:GetUsageReport",
+                    "billing:GetInvoices",
+                    "billing:ListBudgets",
+                    "billing:DescribeBudget",
+                ],
                 "Resource": "*",
             },
             {

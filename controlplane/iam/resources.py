@@ -50,6 +50,10 @@ def api_key_arn(tenant: Tenant, prefix: str) -> str:
     return build_arn("iam", tenant.account_id, "api-key", prefix)
 
 
+def budget_arn(tenant: Tenant, name: str) -> str:
+    return build_arn("billing", tenant.account_id, "budget", name)
+
+
 def model_package_group_arn(tenant: Tenant, name: str) -> str:
     return build_arn("registry", tenant.account_id, "model-package-group", name)
 

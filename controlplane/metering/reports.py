@@ -12,32 +12,43 @@ from decimal import ROUND_HALF_UP, Decimal
 from itertools import pairwise
 
 from django.db.models import QuerySet, Sum
-from django.db.models.functions import TruncDate
+from django.db.models.functions import TruncDate, TruncHour
 
 from controlplane.errors import DomainError
 from controlplane.tenants.models import Tenant
 
 from . import selectors
-from .models import Meter
+from .models import TOKEN_METERS, Meter
 from .pricing import ZERO, PriceBook
 
-GROUP_KEYS = ("day", "session", "base_model", "meter")
+GROUP_KEYS = ("day", "hour", "session", "api_key", "base_model", "meter")
 MAX_RANGE_DAYS = 366
+MAX_HOURLY_DAYS = 31  # a report by the hour reads the usage rows themselves: a month at most
 CURRENCY = "usd"
 COST_PLACES = Decimal("0.000001")
 CENT = Decimal("0.01")
 
 _DAY = timedelta(days=1)
-_COLUMN = {"day": "day", "session": "session_id", "base_model": "base_model", "meter": "meter"}
+_COLUMN = {
+    "day": "day",
+    "hour": "hour",
+    "session": "session_id",
+    "api_key": "api_key",
+    "base_model": "base_model",
+    "meter": "meter",
+}
 
 
 @dataclass(frozen=True)
 class Line:
-    """One group of a report: its key values (by group key), tokens and cost."""
+    """One group of a report: its key values (by group key), tokens and cost. ``quantity`` is
+    its tokens; a line of the storage meter (grouped by meter) counts millionths of a GB-month
+    there instead, and ``tokens`` is 0. Storage's cost is in every line's cost."""
 
     key: tuple[tuple[str, str], ...]
     quantity: int
     cost: Decimal
+    tokens: int = 0
 
     def as_json(self) -> dict:
         return {**dict(self.key), "quantity": self.quantity, "cost": money(self.cost)}
@@ -52,7 +63,8 @@ class Report:
 
     @property
     def quantity(self) -> int:
-        return sum(line.quantity for line in self.lines)
+        """Tokens (storage is in the cost, not counted here)."""
+        return sum(line.tokens for line in self.lines)
 
     @property
     def cost(self) -> Decimal:
@@ -94,6 +106,14 @@ def parse_group_by(raw: str | None) -> tuple[str, ...]:
                 f"group_by: unknown key {key!r} (any of {', '.join(GROUP_KEYS)})", field="group_by"
             )
     return keys
+
+
+def hourly_range_check(group_by: Sequence[str], start: date, end: date) -> None:
+    """A report by the hour covers at most ``MAX_HOURLY_DAYS`` days (a 400 naming ``end``)."""
+    if "hour" in group_by and (end - start).days + 1 > MAX_HOURLY_DAYS:
+        raise DomainError(
+            f"end: grouped by hour, a range of at most {MAX_HOURLY_DAYS} days", field="end"
+        )
 
 
 def parse_meters(raw: str | None) -> tuple[str, ...]:
@@ -138,39 +158,60 @@ def usage_report(
     group_by: Sequence[str] = (),
     meters: Sequence[str] = (),
     session_id: str | None = None,
+    api_key: str | None = None,
+    session_in: object | None = None,
     book: PriceBook | None = None,
+    until: datetime | None = None,
 ) -> Report:
-    """Tokens and cost from ``start`` to ``end`` (whole UTC days), grouped by ``group_by``.
+    """Tokens and cost from ``start`` to ``end`` (whole UTC days; up to ``until`` within them
+    when given), grouped by ``group_by``; only ``meters``, session ``session_id``, key
+    ``api_key`` or the sessions ``session_in`` (ids, or a query of them) when given.
 
     The range is cut wherever a price changes, so each piece has one price per base model and
     meter. A piece's whole UTC days are summed from the daily totals, the hours before its first
-    and after its last midnight from the usage rows; both are summed by the database per group,
-    base model and meter.
+    and after its last midnight from the usage rows (all of it from the rows, by the hour, when
+    grouped by hour); both are summed by the database per group, base model and meter.
     """
     book = book or PriceBook.of(selectors.price_points(currency=CURRENCY))
     lo, hi = _midnight(start), _midnight(end + timedelta(days=1))
+    if until is not None:
+        hi = max(lo, min(hi, until))
     cuts = [lo, *book.changes_within(lo, hi), hi]
     columns = list(dict.fromkeys([_COLUMN[k] for k in group_by] + ["base_model", "meter"]))
-    scope = {"tenant": tenant, "meters": meters, "session_id": session_id}
+    scope = {
+        "tenant": tenant,
+        "meters": meters,
+        "session_id": session_id,
+        "api_key": api_key,
+        "session_in": session_in,
+    }
+    trunc = "hour" if "hour" in group_by else "day" if "day" in group_by else None
     totals: dict[tuple, list] = {}
     for a, b in pairwise(cuts):
-        for qs in _piece_sums(a, b, scope=scope, by_day="day" in group_by):
+        for qs in _piece_sums(a, b, scope=scope, trunc=trunc):
             for row in qs.values(*columns).annotate(q=Sum("quantity")).order_by():
                 key = tuple((k, _text(row[_COLUMN[k]])) for k in group_by)
                 cost = book.cost(row["base_model"], row["meter"], a, row["q"])
-                acc = totals.setdefault(key, [0, ZERO])
-                acc[0] += row["q"]
+                acc = totals.setdefault(key, [0, ZERO, 0])
+                is_tokens = row["meter"] in TOKEN_METERS
+                acc[0] += row["q"] if is_tokens or "meter" in group_by else 0
                 acc[1] += cost
-    lines = [Line(key, q, cost) for key, (q, cost) in sorted(totals.items())]
+                acc[2] += row["q"] if is_tokens else 0
+    lines = [Line(key, q, cost, tokens) for key, (q, cost, tokens) in sorted(totals.items())]
     return Report(start, end, tuple(group_by), lines)
 
 
-def _piece_sums(a: datetime, b: datetime, *, scope: dict, by_day: bool) -> list[QuerySet]:
+def _piece_sums(a: datetime, b: datetime, *, scope: dict, trunc: str | None) -> list[QuerySet]:
     """Querysets covering ``[a, b)`` exactly: daily totals for its whole UTC days, usage rows for
-    the partial days at either end."""
+    the partial days at either end (only usage rows, by the hour, when ``trunc`` is hour)."""
     a, b = a.astimezone(UTC), b.astimezone(UTC)
     first = _midnight(a.date()) if a == _midnight(a.date()) else _midnight(a.date() + _DAY)
     last = _midnight(b.date())
+    if trunc == "hour":
+        rows = selectors.usage_rows(start=a, end=b, **scope).annotate(
+            hour=TruncHour("occurred_at", tzinfo=UTC), day=TruncDate("occurred_at", tzinfo=UTC)
+        )
+        return [rows] if a < b else []
     if first >= last:  # no whole day inside
         spans = [(a, b)]
         days = None
@@ -180,11 +221,14 @@ def _piece_sums(a: datetime, b: datetime, *, scope: dict, by_day: bool) -> list[
     out: list[QuerySet] = [] if days is None else [days]
     for x, y in spans:
         qs = selectors.usage_rows(start=x, end=y, **scope)
+        by_day = trunc == "day"
         out.append(qs.annotate(day=TruncDate("occurred_at", tzinfo=UTC)) if by_day else qs)
     return out
 
 
 def _text(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if isinstance(value, date):
         return value.isoformat()
     return "" if value is None else str(value)

@@ -18,12 +18,13 @@ _USAGE_COLUMNS = (
     "model",
     "sampler",
     "operation",
+    "api_key",
     "base_model",
     "meter",
     "quantity",
     "occurred_at",
 )
-DayKey = tuple[object, date, str, str, str]  # tenant id, day, session id, base model, meter
+DayKey = tuple[object, date, str, str, str, str]  # tenant, day, session, key, base model, meter
 
 
 def usage_rows_write(rows: Sequence[UsageRecord]) -> list[UsageRecord]:
@@ -43,14 +44,14 @@ def usage_write_ctes(rows: Sequence[UsageRecord], *, gate: str) -> tuple[str, li
     named ``gate`` returned a row, and those inserted are added to their days' totals.
 
     For writing an operation's completion and its usage in one statement; the rows must share
-    their tenant, session, base model and time (one operation's rows do). Returns the SQL of the
+    their tenant, session, key, base model and time (one operation's rows do). Returns the SQL of the
     expressions (empty when there are no rows) and its parameters.
     """
     if not rows:
         return "", []
     first = rows[0]
     shared = [f for f in _USAGE_COLUMNS if f not in ("meter", "quantity")]
-    assert all(day_key(r)[:4] == day_key(first)[:4] for r in rows), "one operation's rows"  # noqa: S101 — an invariant of this code, not a check of input
+    assert all(day_key(r)[:5] == day_key(first)[:5] for r in rows), "one operation's rows"  # noqa: S101 — an invariant of this code, not a check of input
     quote = connection.ops.quote_name
     usage, daily = quote(UsageRecord._meta.db_table), quote(UsageDaily._meta.db_table)
     fields = {name: UsageRecord._meta.get_field(name) for name in _USAGE_COLUMNS}
@@ -72,19 +73,20 @@ def usage_write_ctes(rows: Sequence[UsageRecord], *, gate: str) -> tuple[str, li
             ON CONFLICT (operation_id, meter) DO NOTHING
             RETURNING meter, quantity
         ), usage_days AS (
-            INSERT INTO {daily} (tenant_id, day, session_id, base_model, meter, quantity)
-            SELECT %s, %s, %s, %s, meter, sum(quantity) FROM usage_new
+            INSERT INTO {daily} (tenant_id, day, session_id, api_key, base_model, meter, quantity)
+            SELECT %s, %s, %s, %s, %s, meter, sum(quantity) FROM usage_new
             GROUP BY meter ORDER BY meter COLLATE "C"
-            ON CONFLICT (tenant_id, day, session_id, base_model, meter)
+            ON CONFLICT (tenant_id, day, session_id, api_key, base_model, meter)
             DO UPDATE SET quantity = {daily}.quantity + excluded.quantity
         )"""  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-    tenant, day, session, base_model, _ = day_key(first)
+    tenant, day, session, key, base_model, _ = day_key(first)
     day_fields = [
-        UsageDaily._meta.get_field(n) for n in ("tenant", "day", "session_id", "base_model")
+        UsageDaily._meta.get_field(n)
+        for n in ("tenant", "day", "session_id", "api_key", "base_model")
     ]
     params += [
         f.get_db_prep_save(v, connection)
-        for f, v in zip(day_fields, (tenant, day, session, base_model), strict=True)
+        for f, v in zip(day_fields, (tenant, day, session, key, base_model), strict=True)
     ]
     return sql, params
 
@@ -118,6 +120,7 @@ def day_key(row: UsageRecord) -> DayKey:
         row.tenant_id,
         row.occurred_at.astimezone(UTC).date(),
         row.session_id or "",
+        row.api_key or "",
         row.base_model,
         row.meter,
     )
@@ -134,7 +137,7 @@ def daily_add(rows: Sequence[UsageRecord]) -> None:
     meta = UsageDaily._meta
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
-    names = ("tenant", "day", "session_id", "base_model", "meter", "quantity")
+    names = ("tenant", "day", "session_id", "api_key", "base_model", "meter", "quantity")
     fields = [meta.get_field(n) for n in names]
     params: list = []
     for key in sorted(totals, key=lambda k: tuple(str(part) for part in k)):
@@ -164,7 +167,7 @@ def daily_rebuild(*, tenant_id: object | None = None) -> int:
     days.delete()
     groups = (
         usage.annotate(day=TruncDate("occurred_at", tzinfo=UTC))
-        .values("tenant_id", "day", "session_id", "base_model", "meter")
+        .values("tenant_id", "day", "session_id", "api_key", "base_model", "meter")
         .annotate(q=Sum("quantity"))
         .order_by()
     )
@@ -173,6 +176,7 @@ def daily_rebuild(*, tenant_id: object | None = None) -> int:
             tenant_id=g["tenant_id"],
             day=g["day"],
             session_id=g["session_id"] or "",
+            api_key=g["api_key"] or "",
             base_model=g["base_model"],
             meter=g["meter"],
             quantity=g["q"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import date, datetime
 
 from django.db.models import QuerySet, Sum
@@ -19,14 +19,14 @@ def usage_rows(
     end: datetime,
     meters: Sequence[str] | None = None,
     session_id: str | None = None,
+    api_key: str | None = None,
+    session_in: Collection[str] | QuerySet | None = None,
 ) -> QuerySet[UsageRecord]:
-    """The tenant's usage rows with ``start <= occurred_at < end``."""
+    """The tenant's usage rows with ``start <= occurred_at < end``; only those of ``meters``,
+    of session ``session_id``, made by key ``api_key`` or of the sessions ``session_in`` (ids,
+    or a query of them) when given."""
     qs = UsageRecord.objects.filter(tenant=tenant, occurred_at__gte=start, occurred_at__lt=end)
-    if meters:
-        qs = qs.filter(meter__in=list(meters))
-    if session_id is not None:
-        qs = qs.filter(session_id=session_id)
-    return qs
+    return _scoped(qs, meters, session_id, api_key, session_in)
 
 
 def usage_days(
@@ -36,13 +36,24 @@ def usage_days(
     stop: date,
     meters: Sequence[str] | None = None,
     session_id: str | None = None,
+    api_key: str | None = None,
+    session_in: Collection[str] | QuerySet | None = None,
 ) -> QuerySet[UsageDaily]:
-    """The tenant's daily totals of the UTC days ``first <= day < stop``."""
+    """The tenant's daily totals of the UTC days ``first <= day < stop``, narrowed as
+    ``usage_rows``."""
     qs = UsageDaily.objects.filter(tenant=tenant, day__gte=first, day__lt=stop)
+    return _scoped(qs, meters, session_id, api_key, session_in)
+
+
+def _scoped(qs: QuerySet, meters, session_id, api_key, session_in) -> QuerySet:
     if meters:
         qs = qs.filter(meter__in=list(meters))
     if session_id is not None:
         qs = qs.filter(session_id=session_id)
+    if api_key is not None:
+        qs = qs.filter(api_key=api_key)
+    if session_in is not None:
+        qs = qs.filter(session_id__in=session_in)
     return qs
 
 

@@ -46,6 +46,7 @@ def usage_rows_for(op: Operation) -> list[UsageRecord]:
             model_id=op.model_id,
             sampler_id=op.sampling_session_id,
             operation_id=op.pk,
+            api_key=op.api_key or "",
             base_model=base_model,
             meter=meter,
             quantity=quantity,

@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 ROLES = {"developer": "system"}  # OpenAI's newer name; chat templates know "system"
 
 
-def chat_prepare(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Authorize) -> Prepared:
+def chat_prepare(
+    *, tenant: Tenant, req: ChatCompletionRequest, authorize: Authorize, api_key: str = ""
+) -> Prepared:
     sampler = names.model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = names.tokenizer_for(sampler.base_model)
     messages = [
@@ -37,10 +39,12 @@ def chat_prepare(*, tenant: Tenant, req: ChatCompletionRequest, authorize: Autho
         for m in req.messages
     ]
     prompt = rendering.render_chat(tokenizer, messages)
-    return _prepared(sampler, tokenizer, [prompt], req, "messages", "chatcmpl-")
+    return _prepared(sampler, tokenizer, [prompt], req, "messages", "chatcmpl-", api_key)
 
 
-def text_prepare(*, tenant: Tenant, req: CompletionRequest, authorize: Authorize) -> Prepared:
+def text_prepare(
+    *, tenant: Tenant, req: CompletionRequest, authorize: Authorize, api_key: str = ""
+) -> Prepared:
     sampler = names.model_sampler(tenant=tenant, name=req.model, authorize=authorize)
     tokenizer = names.tokenizer_for(sampler.base_model)
     vocab = len(tokenizer)
@@ -52,7 +56,7 @@ def text_prepare(*, tenant: Tenant, req: CompletionRequest, authorize: Authorize
         if any(not 0 <= t < vocab for t in ids):
             raise RenderError(f"prompt[{i}]: token ids must be in [0, {vocab})", field="prompt")
         prompts.append(ids)
-    return _prepared(sampler, tokenizer, prompts, req, "prompt", "cmpl-")
+    return _prepared(sampler, tokenizer, prompts, req, "prompt", "cmpl-", api_key)
 
 
 def _prepared(
@@ -62,6 +66,7 @@ def _prepared(
     req: ChatCompletionRequest | CompletionRequest,
     prompt_param: str,
     id_prefix: str,
+    api_key: str,
 ) -> Prepared:
     _bias_check(req, sampler.base_model)
     return prepare(
@@ -74,6 +79,7 @@ def _prepared(
         model=req.model,
         prompt_param=prompt_param,
         id_prefix=id_prefix,
+        api_key=api_key,
     )
 
 
@@ -118,8 +124,9 @@ def chat_complete(
     req: ChatCompletionRequest,
     authorize: Authorize,
     idempotency_key: str | None = None,
+    api_key: str = "",
 ) -> Completed:
-    prepared = chat_prepare(tenant=tenant, req=req, authorize=authorize)
+    prepared = chat_prepare(tenant=tenant, req=req, authorize=authorize, api_key=api_key)
     return prepared_complete(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)
 
 
@@ -129,6 +136,7 @@ def text_complete(
     req: CompletionRequest,
     authorize: Authorize,
     idempotency_key: str | None = None,
+    api_key: str = "",
 ) -> Completed:
-    prepared = text_prepare(tenant=tenant, req=req, authorize=authorize)
+    prepared = text_prepare(tenant=tenant, req=req, authorize=authorize, api_key=api_key)
     return prepared_complete(tenant=tenant, prepared=prepared, idempotency_key=idempotency_key)

@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.edge.callers import allow, tenant_of
+from controlplane.edge.callers import allow, key_of, tenant_of
 from controlplane.edge.errors import openai_exception_handler
 from controlplane.edge.idempotency import idempotency_key
 
@@ -67,7 +67,9 @@ class ChatCompletionsView(OpenAIView):
         req = parsed(request, ChatCompletionRequest)
         tenant, key = tenant_of(request), idempotency_key(request)
         if req.stream:
-            prepared = services.chat_prepare(tenant=tenant, req=req, authorize=_authorizer(request))
+            prepared = services.chat_prepare(
+                tenant=tenant, req=req, authorize=_authorizer(request), api_key=key_of(request)
+            )
             return _streamed(
                 live.stream(
                     tenant=tenant,
@@ -79,7 +81,11 @@ class ChatCompletionsView(OpenAIView):
                 )
             )
         done = services.chat_complete(
-            tenant=tenant, req=req, authorize=_authorizer(request), idempotency_key=key
+            tenant=tenant,
+            req=req,
+            authorize=_authorizer(request),
+            idempotency_key=key,
+            api_key=key_of(request),
         )
         return Response(responses.chat_completion(done, logprobs=req.wants_logprobs))
 
@@ -89,7 +95,9 @@ class CompletionsView(OpenAIView):
         req = parsed(request, CompletionRequest)
         tenant, key = tenant_of(request), idempotency_key(request)
         if req.stream:
-            prepared = services.text_prepare(tenant=tenant, req=req, authorize=_authorizer(request))
+            prepared = services.text_prepare(
+                tenant=tenant, req=req, authorize=_authorizer(request), api_key=key_of(request)
+            )
             return _streamed(
                 live.stream(
                     tenant=tenant,
@@ -101,6 +109,10 @@ class CompletionsView(OpenAIView):
                 )
             )
         done = services.text_complete(
-            tenant=tenant, req=req, authorize=_authorizer(request), idempotency_key=key
+            tenant=tenant,
+            req=req,
+            authorize=_authorizer(request),
+            idempotency_key=key,
+            api_key=key_of(request),
         )
         return Response(responses.text_completion(done, logprobs=req.wants_logprobs))

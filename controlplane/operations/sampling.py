@@ -7,11 +7,11 @@ from __future__ import annotations
 from django.db import transaction
 
 from controlplane import dispatch
+from controlplane.budgets.admission import admit
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
-from controlplane.metering.budget import token_budget_check
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotFound, Unavailable
 from controlplane.training_sessions.models import (
@@ -214,11 +214,14 @@ def sample_submit(
     idempotency_key: str | None = None,
     request_digest: str | None = None,
     request_id: str | None = None,
+    api_key: str = "",
 ) -> Operation:
     """A sample request. A retry (the same ``seq_id`` of the sampler, or the same
     ``idempotency_key`` in the tenant) gets its operation back, whatever the session's state
     now; the same key or ``seq_id`` with another request (``request_digest``, by default the
-    payload's) is a 409. ``request_id``: the new operation's id (one is made if None)."""
+    payload's) is a 409. ``request_id``: the new operation's id (one is made if None).
+    ``api_key``: the visible prefix of the caller's key (or its access key id), which the
+    operation and its usage record and its key's budgets count it against."""
     sampler = sampler_get(tenant=tenant, sampling_session_id=sampling_session_id)
     request_digest = request_digest or digest(payload)
     if idempotency_key is not None:
@@ -242,7 +245,14 @@ def sample_submit(
         field="sampling_params.logit_bias",
     )
     payload = context.sample_fits(context_length=sampler.context_length, payload=payload)
-    token_budget_check(tenant=tenant)
+    budget_hold = admit(
+        tenant=tenant,
+        session=sampler.session,
+        api_key=api_key,
+        kind=Operation.Kind.SAMPLE,
+        payload=payload,
+        base_model=sampler.base_model,
+    )
     if payload.get("record_stability_info"):
         recordings_quota_check(tenant=tenant)
     session_touch(sampler.session)
@@ -254,18 +264,22 @@ def sample_submit(
         payload=payload,
         payload_digest=request_digest,
         plan=sampler_plan(sampler, tenant=tenant),
+        api_key=api_key,
     )
     if request_id is not None:
         fields["id"] = request_id
     if idempotency_key is None and seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
+        budget_hold.hold(op)
         if op.worker is not None:  # else it waits with its sampler
             dispatch.wake_worker(op.worker.queue, inserted=True)
         return op
     if idempotency_key is not None:
         del fields["tenant"]  # in the lookup
         fields.update(sampling_session=sampler, seq_id=seq_id)
-    return create_op(lookup, what, checked=True, **fields)
+    op = create_op(lookup, what, checked=True, **fields)
+    budget_hold.hold(op)
+    return op
 
 
 def new_sampler_id() -> str:

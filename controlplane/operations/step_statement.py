@@ -71,6 +71,7 @@ def submit(
         payload=payload,
         payload_digest=digest(retry_key(kind, payload)),
         created_at=now,
+        api_key=audit.api_key,  # the key whose request it is
     )
     stale = now - timedelta(seconds=TOUCH_SECONDS)
     outcome = audit.outcome

@@ -21,12 +21,13 @@ from pydantic import ValidationError
 from controlplane import dispatch, row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.audit.services import audited_transaction
+from controlplane.budgets.admission import admit
+from controlplane.budgets.scopes import has_hard_budgets
 from controlplane.errors import DomainError, Unreadable
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.iam.access import enforce
 from controlplane.iam.evaluation import Decision
-from controlplane.metering.budget import budget_exhausted, token_budget_check
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
@@ -235,7 +236,7 @@ def submit(
     not a ``kind`` request (400), then whatever ``training_submit`` finds (404, 409, 402, …).
     A refused request still takes its ``seq_id`` (``training_reject``). ``request_id``: the
     operation's id, if it is a new one (a waiter may be listening for it already)."""
-    decision, audit = access
+    decision, audit = access  # the audit row names the key that made the request
     try:
         if (op := _in_one_statement(tenant, kind, body, audit, request_id)) is not None:
             return op
@@ -251,6 +252,7 @@ def submit(
                 kind=kind,
                 payload=step_payload(tenant, kind, req),
                 request_id=request_id,
+                api_key=audit.api_key,
             )
     except (DomainError, ValidationError) as exc:
         known = body if isinstance(body, dict) else {}
@@ -282,7 +284,7 @@ def _in_one_statement(
         payload=step_payload(tenant, kind, req),
         audit=audit,
         request_id=request_id,
-    )
+    )  # the audit row names the key, which the statement records on the operation
 
 
 def one_statement_steps(kind: str) -> bool:
@@ -303,15 +305,15 @@ def submit_step(
 ) -> Operation | None:
     """A training step (``one_statement_steps``) submitted in one statement together with
     ``audit``, its request's IAM decision: the operation, committed. None when it was not
-    taken and nothing was written (not allowed, no ``seq_id``, the token budget used up, or
-    whatever the statement found in its way): the request then goes the portable way
-    (``training_submit``, in the request's audited transaction), which answers exactly as if
-    this had not been tried."""
+    taken and nothing was written (not allowed, no ``seq_id``, a hard budget to admit it
+    against, or whatever the statement found in its way): the request then goes the portable
+    way (``training_submit``, in the request's audited transaction), which answers exactly as
+    if this had not been tried."""
     if not one_statement_steps(kind) or not audit.allowed:
         return None
     if not isinstance(seq_id, int) or seq_id < 1:
         return None
-    if kind in TOKEN_KINDS and budget_exhausted(tenant=tenant):
+    if kind in TOKEN_KINDS and has_hard_budgets(tenant):
         return None
     batch = payload.get("forward_input") or payload.get("forward_backward_input")
     return step_statement.submit(
@@ -338,11 +340,13 @@ def training_submit(
     payload: dict,
     plan: dict | None = None,
     request_id: str | None = None,
+    api_key: str = "",
 ) -> Operation:
     """Insert the operation (``request_id``, or a fresh id) under the model's row lock, in two
     statements: the lock (which also reads the model's session and worker, and any earlier
     request with this ``seq_id``), then the insert (whose trigger wakes the worker on
-    PostgreSQL)."""
+    PostgreSQL). A token-consuming request is admitted against the hard budgets it counts
+    against first (made by ``api_key``, the caller's key prefix)."""
     locked = _model_locked(tenant=tenant, model_id=model_id, seq_id=seq_id)
     if locked is None:
         raise NotFound(f"model {model_id!r} not found", field="model_id")
@@ -363,7 +367,14 @@ def training_submit(
         context.inputs_fit(
             context_length=model.context_length, batch=payload.get(key), field=f"{key}.data"
         )
-        token_budget_check(tenant=tenant)
+        budget_hold = admit(
+            tenant=tenant,
+            session=model.session,
+            api_key=api_key,
+            kind=kind,
+            payload=payload,
+            base_model=model.base_model,
+        )
     if seq_id is None:
         top = model.operations.aggregate(m=Max("seq_id"))["m"] or 0
         seq_id = top + 1
@@ -408,6 +419,7 @@ def training_submit(
         payload=payload,
         payload_digest=payload_digest,
         plan=plan,
+        api_key=api_key,
     )
     op.id = request_id or new_id("req")
     # Every insert of a model's operation holds the model's row lock. A request that took this
@@ -418,6 +430,8 @@ def training_submit(
         return existing_or_conflict(
             existing, payload_digest, f"seq_id {seq_id} of model {model.id}"
         )
+    if kind in TOKEN_KINDS:
+        budget_hold.hold(op)
     if op.worker is not None:  # else it waits with its model, and goes when the model is placed
         dispatch.wake_worker(op.worker.queue, inserted=True)
     return op

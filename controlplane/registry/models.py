@@ -117,3 +117,16 @@ class ExternalUpload(models.Model):
     checkpoint = models.OneToOneField(
         "training_sessions.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL
     )
+
+
+class RetentionRule(models.Model):
+    """Which versions of a group keep their weights: the newest ``keep_last`` (None: all), and
+    approved ones unless ``keep_approved`` is off. Older weights are deleted from storage."""
+
+    group = models.OneToOneField(
+        ModelPackageGroup, on_delete=models.CASCADE, related_name="retention"
+    )
+    keep_last = models.PositiveIntegerField(null=True, blank=True)
+    keep_approved = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=400, blank=True)

@@ -262,12 +262,17 @@ def package_delete(*, tenant: Tenant, actor: str, group_name: str, version: int)
 
 
 def packages_expire(*, now: datetime | None = None) -> list[str]:
-    """Delete versions past their time-to-live (ephemeral sampler weights); returns their ARNs."""
+    """Delete versions past their time-to-live (ephemeral sampler weights); returns their ARNs.
+    An approved version stays, unless its group's retention rule does not keep approved ones."""
     now = now or timezone.now()
     gone = []
     for package in ModelPackage.objects.filter(expires_at__lt=now).select_related(
-        "tenant", "group"
+        "tenant", "group", "group__retention"
     ):
+        rule = getattr(package.group, "retention", None)
+        approved = package.approval_status == ModelPackage.Approval.APPROVED
+        if approved and (rule is None or rule.keep_approved):
+            continue
         gone.append(package_arn(package))
         package.delete()
     return gone

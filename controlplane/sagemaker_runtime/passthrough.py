@@ -12,7 +12,7 @@ import json
 from django.http import HttpResponse, StreamingHttpResponse
 
 from controlplane.api.json_body import loads
-from controlplane.edge.callers import allow
+from controlplane.edge.callers import allow, key_of
 from controlplane.errors import DomainError
 from controlplane.openai_api import live, responses, services, sse
 from controlplane.openai_api.schemas import ChatCompletionRequest, CompletionRequest
@@ -49,11 +49,15 @@ def sample(*, request, ts: TrainingSession, stream: bool) -> HttpResponse:
     tenant = ts.tenant
     if not stream:
         complete = services.chat_complete if chat else services.text_complete
-        done = complete(tenant=tenant, req=req, authorize=authorize)  # type: ignore[arg-type]
+        done = complete(  # type: ignore[operator]
+            tenant=tenant, req=req, authorize=authorize, api_key=key_of(request)
+        )
         answer = responses.chat_completion if chat else responses.text_completion
         return _json(answer(done, logprobs=req.wants_logprobs))
     prepare = services.chat_prepare if chat else services.text_prepare
-    prepared = prepare(tenant=tenant, req=req, authorize=authorize)  # type: ignore[arg-type]
+    prepared = prepare(  # type: ignore[operator]
+        tenant=tenant, req=req, authorize=authorize, api_key=key_of(request)
+    )
     chunks = live.stream(
         tenant=tenant,
         prepared=prepared,

@@ -16,7 +16,7 @@ from django.db import transaction
 from pydantic import ValidationError
 
 from controlplane.audit.services import audited_transaction
-from controlplane.edge.callers import allow
+from controlplane.edge.callers import allow, key_of
 from controlplane.errors import DomainError
 from controlplane.fleet.models import BaseModel
 from controlplane.fleet.services import live_workers
@@ -57,7 +57,11 @@ def sampling_execute(*, request, ts: TrainingSession, raw: object) -> Operation 
     with audited_transaction():  # the audit row and the operation: one commit
         allow(request, "sessions:Sample", sampler_arn(ts.tenant, sampler.id))
         return sampling.sample_submit(
-            tenant=ts.tenant, sampling_session_id=sampler.id, seq_id=None, payload=payload
+            tenant=ts.tenant,
+            sampling_session_id=sampler.id,
+            seq_id=None,
+            payload=payload,
+            api_key=key_of(request),  # the access key pair's id: its usage and budgets
         )
 
 

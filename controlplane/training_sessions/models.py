@@ -215,6 +215,9 @@ class Operation(models.Model):
     # a client's key for a request it may send again (the OpenAI endpoints' Idempotency-Key):
     # the retry gets this operation back instead of a new one, and is not metered twice
     idempotency_key = models.CharField(max_length=300, null=True, blank=True)
+    # the visible prefix of the API key (or the access key id) whose request made it; "" when
+    # no key did (a dashboard form, the service itself, or before keys were recorded)
+    api_key = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         constraints = [

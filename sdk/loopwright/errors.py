@@ -102,8 +102,9 @@ class AuthenticationError(APIStatusError):
 
 
 class PaymentRequiredError(APIStatusError):
-    """402: the account's monthly token budget is used up (``code`` "budget_exhausted"); the
-    detail says when it resets. Not retried."""
+    """402: a hard budget the request counts against is used up (``code`` "budget_exhausted"):
+    the account's monthly token budget, or one of its budgets (of the account, the key, the
+    session or a tag); the detail names it and says when it resets. Not retried."""
 
 
 class PermissionDeniedError(APIStatusError):

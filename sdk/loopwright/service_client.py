@@ -27,6 +27,7 @@ from ._http import HTTPClient, RawBody, RetryPolicy
 from ._queue import QueueProgress, describe
 from ._runtime import Runtime, wire
 from ._session import Session, stop_quietly
+from .costs import Costs
 from .errors import APIError, QueueTimeoutError
 from .futures import APIFuture
 from .sampling_client import SamplingClient, open_sampling_session
@@ -65,7 +66,7 @@ def _sdk_version() -> str:
     return __version__
 
 
-class ServiceClient:
+class ServiceClient(Costs):
     """Talks to one Loopwright server with one API key. Use ``with`` so sessions stop on exit.
 
     The API key, server and session role come from the arguments or ``LOOPWRIGHT_API_KEY`` /
@@ -78,6 +79,8 @@ class ServiceClient:
 
     ``context_length``: the context, in tokens, of the models and samplers of the sessions it
     opens (at most each base model's maximum; None: that maximum); a model may ask for its own.
+
+    ``report_cost=True`` prints what each session it opened cost once they stop (on close).
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class ServiceClient:
         queue_timeout: float | None = None,
         queue_progress: bool = True,
         context_length: int | None = None,
+        report_cost: bool = False,
     ) -> None:
         # checked first, so a bad one fails before anything starts or is sent
         vpc = VpcConfig.model_validate(vpc_config) if vpc_config is not None else None
@@ -129,6 +133,7 @@ class ServiceClient:
         }
         self._queue_timeout = queue_timeout
         self._queue_progress = self._runtime.queue_progress = queue_progress
+        self._report_cost = report_cost
         self._user_metadata = user_metadata
         self._tags = list(tags or [])
         self._project_id = project_id
@@ -188,6 +193,9 @@ class ServiceClient:
     def session_id(self) -> str:
         """The default session (for samplers made here), opened on first use."""
         return self._session().session_id
+
+    def _default_session_id(self) -> str:
+        return self.session_id
 
     def list_sessions(self) -> list[SessionInfo]:
         """The caller's sessions, newest first."""
@@ -513,8 +521,20 @@ class ServiceClient:
         try:
             self._runtime.cancel_pending()  # first, so pending futures fail as "closed"
             self.stop()
+            if self._report_cost:
+                self._print_final_costs()
         finally:
             self._runtime.close()
+
+    def _print_final_costs(self) -> None:
+        """Each session this client opened: its cost at its end."""
+        with self._lock:
+            opened = [s.session_id for s in self._sessions]
+        for session_id in opened:
+            try:
+                print(self.get_session_usage(session_id).describe("in all"))
+            except APIError as error:
+                logger.warning("could not read the cost of %s: %s", session_id, error)
 
     def __enter__(self) -> ServiceClient:
         return self

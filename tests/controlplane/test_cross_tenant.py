@@ -55,6 +55,10 @@ NOT_TENANT_SCOPED = {
     "vpc/subnets": "list: checked for leaks",
     "storage/locations": "list: checked for leaks",
     "registry/model-package-groups": "list: checked for leaks; create is in the caller's tenant",
+    "billing/usage/events": "report of the caller's account: checked for leaks",
+    "billing/usage/checkpoints/current": "the caller's account: checked for leaks",
+    "billing/budgets": "list: checked for leaks; create is in the caller's tenant (a scope "
+    "naming alice's key or session: test_budgets_api)",
 }
 
 
@@ -85,6 +89,9 @@ def world(alice: Person, runtime) -> dict:
     access_key = alice.post("iam/access-keys", {"name": "k"}).json()["access_key_id"]
     kms_key = alice.post("kms/keys", {"description": "alice's"}).json()
     r = alice.post("registry/model-package-groups", {"name": "alice-models"})
+    assert r.status_code == 201, r.content
+    cap = {"name": "alice-cap", "scope": "api_key", "scope_value": key, "unit": "usd"}
+    r = alice.post("billing/budgets", cap | {"period": "month", "amount": "5"})
     assert r.status_code == 201, r.content
     upload = alice.post(
         "external_weights_upload_start", {"base_model": TINY, "lora_config": {"rank": 4}}
@@ -252,6 +259,15 @@ def probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
             ("post", f"kms/keys/{w['kms']}/cancel-deletion", {})
         ],
         "kms/keys/<path:key_id>/rotate": [("post", f"kms/keys/{w['kms']}/rotate", {})],
+        "billing/budgets/<str:name>": [
+            ("get", "billing/budgets/alice-cap", None),
+            ("patch", "billing/budgets/alice-cap", {"amount": "1"}),
+            ("delete", "billing/budgets/alice-cap", None),
+        ],
+        "training_runs/<str:model_id>/checkpoints/<path:checkpoint_id>/ttl": [
+            ("put", f"training_runs/{m}/checkpoints/sampler_weights/s1/ttl", {"ttl_seconds": 3600}),
+            ("put", f"training_runs/{m}/checkpoints/sampler_weights/s1/ttl", {"ttl_seconds": None}),
+        ],
         **registry_probes(w),
     }
 
@@ -270,6 +286,11 @@ def registry_probes(w: dict) -> dict[str, list[tuple[str, str, dict | None]]]:
         f"{groups}/<str:name>/versions": [
             ("get", f"{groups}/{g}/versions", None),
             ("get", f"{groups}/{named}/versions", None),
+        ],
+        f"{groups}/<str:name>/retention": [
+            ("get", f"{groups}/{g}/retention", None),
+            ("put", f"{groups}/{named}/retention", {"keep_last": 1}),
+            ("delete", f"{groups}/{g}/retention", None),
         ],
         f"{groups}/<str:name>/versions/<int:version>": [
             ("get", f"{groups}/{g}/versions/1", None),
@@ -312,6 +333,15 @@ def test_charlie_gets_404_for_everything_of_alices(world, alice: Person, charlie
     version = alice.get(f"registry/model-package-groups/{world['group']}/versions/1").json()
     assert version["approval_status"] == "PendingManualApproval", version
     assert alice.get(f"registry/model-package-groups/{world['named_group']}").status_code == 200
+    assert alice.get("billing/budgets/alice-cap").json()["amount"] == "5.000000"
+    ttl = alice.get(f"training_runs/{world['model']}/checkpoints").json()["checkpoints"][0]
+    assert ttl["expires_at"] is None, ttl
+    assert (
+        alice.get(f"registry/model-package-groups/{world['named_group']}/retention").json()[
+            "keep_last"
+        ]
+        is None
+    )
 
 
 def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
@@ -331,6 +361,10 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
         "billing/usage?group_by=session&format=csv",
         "billing/invoice-preview",
         "billing/reconciliation",
+        "billing/budgets",
+        f"billing/usage?api_key={world['key']}&group_by=api_key,session",
+        "billing/usage/checkpoints/current",
+        "billing/usage/events?starting_on={}&ending_before={}".format(*_today()),
     ):
         r = charlie.get(path)
         assert r.status_code == 200, (path, r.content)
@@ -347,6 +381,14 @@ def test_charlies_lists_show_nothing_of_alices(world, charlie: Person) -> None:
             world["named_group"],
         ):
             assert value not in text, (path, value)
+
+
+def _today() -> tuple[str, str]:
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    start = now - timedelta(days=1)
+    return start.strftime("%Y-%m-%dT%H:%M:%SZ"), now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def anthropic_probes(w: dict) -> dict[str, list[dict]]:

@@ -280,4 +280,10 @@ def test_members_may_not_read_billing_but_billing_viewers_may(alice, bob, histor
 
 def test_default_prices_are_seeded() -> None:
     seeded = PricePoint.objects.filter(base_model="*").values_list("meter", flat=True)
-    assert set(seeded) == {"train_tokens", "forward_tokens", "prefill_tokens", "sampled_tokens"}
+    assert set(seeded) == {
+        "train_tokens",
+        "forward_tokens",
+        "prefill_tokens",
+        "sampled_tokens",
+        "storage_gb_months",
+    }

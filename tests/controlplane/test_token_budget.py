@@ -1,6 +1,7 @@
-"""The monthly token budget: token-consuming requests are refused with a 402 naming the budget,
-the usage and the reset once a tenant's tokens this month reach it; other operations, other
-tenants and the next month are unaffected; the SDK raises PaymentRequiredError."""
+"""The monthly token budget (the account's quota, held by the budgets' hard cap like any budget):
+token-consuming requests are refused with a 402 naming the budget, the usage and the reset once
+a tenant's tokens this month reach it; other operations, other tenants and the next month are
+unaffected; the SDK raises PaymentRequiredError."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 import loopwright
+from controlplane.budgets import admission
+from controlplane.budgets.periods import next_month
 from controlplane.errors import BudgetExhausted
-from controlplane.metering import budget
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
-from controlplane.training_sessions.models import Operation
+from controlplane.training_sessions.models import Operation, Session
 from loopwright._http import HTTPClient
 
 from .conftest import TINY
@@ -50,8 +52,22 @@ def _used(person, tokens: int, at: datetime) -> None:
 
 
 def _next_month_start(now: datetime) -> datetime:
-    month = budget.next_month(now.date().replace(day=1))
+    month = next_month(now.date().replace(day=1))
     return datetime(month.year, month.month, 1, tzinfo=UTC)
+
+
+def token_budget_check(person, now: datetime | None = None) -> None:
+    """Admit a 10-token forward_backward of ``person``'s account now (or at ``now``)."""
+    session = Session.objects.create(tenant=person.tenant)
+    admission.admit(
+        tenant=person.tenant,
+        session=session,
+        api_key="",
+        kind="forward_backward",
+        payload={"forward_backward_input": {"data": BATCH}},
+        base_model=TINY,
+        now=now,
+    )
 
 
 def test_requests_run_below_the_budget_and_are_402_once_it_is_reached(
@@ -109,7 +125,7 @@ def test_requests_run_below_the_budget_and_are_402_once_it_is_reached(
     assert charlie.post("forward_backward", fwdbwd(other, 1, BATCH)).status_code == 200
 
     # the next month starts from nothing
-    monkeypatch.setattr(budget, "_clock", lambda: resets.timestamp())
+    monkeypatch.setattr(admission, "_clock", lambda: resets)
     assert alice.post("forward_backward", fwdbwd(model, 7, BATCH)).status_code == 200
 
 
@@ -117,39 +133,38 @@ def test_the_month_resets_at_midnight_utc_on_the_first(alice, monkeypatch) -> No
     set_quota(alice, "--monthly-token-budget", "1000")
     _used(alice, 600, datetime(2026, 11, 30, 23, 0, tzinfo=UTC))  # last month: not counted
     _used(alice, 1000, datetime(2026, 12, 31, 23, 59, tzinfo=UTC))
-    monkeypatch.setattr(
-        budget, "_clock", lambda: datetime(2026, 12, 31, 23, 59, 30, tzinfo=UTC).timestamp()
-    )
+    at = datetime(2026, 12, 31, 23, 59, 30, tzinfo=UTC)
+    monkeypatch.setattr(admission, "_clock", lambda: at)
     with pytest.raises(BudgetExhausted) as info:
-        budget.token_budget_check(tenant=alice.tenant)
+        token_budget_check(alice)
     assert info.value.detail == (
-        f"account {alice.tenant.account_id} has used 1000 tokens in 2026-12, its monthly token "
-        "budget of 1000 tokens; forward, forward_backward and sample requests are refused until "
+        f"account {alice.tenant.account_id} has used 1,000 tokens in 2026-12, its monthly token "
+        "budget of 1,000 tokens; forward, forward_backward and sample requests are refused until "
         "the budget resets at 2027-01-01T00:00:00Z (UTC) or is raised"
     )
-    budget.token_budget_check(tenant=alice.tenant, now=datetime(2027, 1, 1, tzinfo=UTC).timestamp())
+    token_budget_check(alice, now=datetime(2027, 1, 1, tzinfo=UTC))
     set_quota(alice, "--monthly-token-budget", "1001")  # raised: passes again
-    budget.token_budget_check(tenant=alice.tenant)
+    token_budget_check(alice)
 
 
 def test_the_default_comes_from_the_settings_and_an_override_beats_it(
     alice, charlie, settings, monkeypatch
 ) -> None:
     now = datetime(2026, 12, 10, tzinfo=UTC)
-    monkeypatch.setattr(budget, "_clock", lambda: now.timestamp())
+    monkeypatch.setattr(admission, "_clock", lambda: now)
     _used(alice, 50, now)
     _used(charlie, 50, now)
     assert set_quota(alice).splitlines()[2] == "monthly_token_budget\tunlimited"
-    budget.token_budget_check(tenant=alice.tenant)  # none set: unlimited
+    token_budget_check(alice)  # none set: unlimited
     settings.MONTHLY_TOKEN_BUDGET = 50
     for person in (alice, charlie):
         with pytest.raises(BudgetExhausted, match="budget of 50 tokens"):
-            budget.token_budget_check(tenant=person.tenant)
+            token_budget_check(person)
     assert set_quota(alice, "--monthly-token-budget", "51").splitlines()[2].endswith("\t51")
-    budget.token_budget_check(tenant=alice.tenant)
+    token_budget_check(alice)
     set_quota(alice, "--monthly-token-budget", "0")  # 0 stops every token-consuming request
     with pytest.raises(BudgetExhausted, match="budget of 0 tokens"):
-        budget.token_budget_check(tenant=alice.tenant)
+        token_budget_check(alice)
     assert set_quota(alice, "--monthly-token-budget", "default").splitlines()[2].endswith("\t50")
 
 

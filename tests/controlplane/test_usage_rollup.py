@@ -29,6 +29,7 @@ FIRST = date(2026, 11, 25)
 DAYS = 12
 BASES = ("loopwright/tiny-byte-llama", "other/model")
 SESSIONS = ("sess-a", "sess-b", None)
+KEYS = ("tml-aaaaaaaaaaaa", "LWAKAAAAAAAAAAAAAAAA", "")
 
 
 def _at(rng: random.Random) -> datetime:
@@ -45,6 +46,7 @@ def _fill(rng: random.Random, tenants: list) -> list[UsageRecord]:
             UsageRecord(
                 tenant=rng.choice(tenants),
                 session_id=rng.choice(SESSIONS),
+                api_key=KEYS[(i // 2) % len(KEYS)],  # one operation's rows share their key
                 operation_id=f"req-{i // 2}" if rng.random() < 0.8 else None,
                 base_model=rng.choice(BASES),
                 meter=rng.choice(Meter.values),
@@ -71,8 +73,9 @@ def _prices(rng: random.Random) -> None:
         )
 
 
-def _expected(rows, *, tenant, start, end, group_by, meters, session_id) -> dict:
-    """Every row priced on its own at the price in force when it occurred."""
+def _expected(rows, *, tenant, start, end, group_by, meters, session_id, api_key=None) -> dict:
+    """Every row priced on its own at the price in force when it occurred; a line's quantity
+    counts tokens, and storage too on a line of its meter."""
     book = PriceBook.of(price_points())
     lo = datetime(start.year, start.month, start.day, tzinfo=UTC)
     hi = datetime(end.year, end.month, end.day, tzinfo=UTC) + timedelta(days=1)
@@ -82,15 +85,20 @@ def _expected(rows, *, tenant, start, end, group_by, meters, session_id) -> dict
             continue
         if (meters and r.meter not in meters) or (session_id and r.session_id != session_id):
             continue
+        if api_key is not None and r.api_key != api_key:
+            continue
         values = {
             "day": r.occurred_at.astimezone(UTC).date().isoformat(),
+            "hour": r.occurred_at.astimezone(UTC).strftime("%Y-%m-%dT%H:00:00Z"),
             "session": r.session_id or "",
+            "api_key": r.api_key,
             "base_model": r.base_model,
             "meter": r.meter,
         }
         key = tuple((k, values[k]) for k in group_by)
         acc = out.setdefault(key, [0, ZERO])
-        acc[0] += r.quantity
+        counted = r.meter != "storage_gb_months" or "meter" in group_by
+        acc[0] += r.quantity if counted else 0
         acc[1] += book.cost(r.base_model, r.meter, r.occurred_at, r.quantity)
     return {k: (q, c) for k, (q, c) in out.items()}
 
@@ -111,6 +119,7 @@ def test_reports_through_the_rollup_equal_the_row_sums(alice, charlie, seed) -> 
             "group_by": tuple(k for k in reports.GROUP_KEYS if rng.random() < 0.5),
             "meters": tuple(m for m in Meter.values if rng.random() < 0.3),
             "session_id": rng.choice((None, None, "sess-a")),
+            "api_key": rng.choice((None, None, *KEYS)),
         }
         report = reports.usage_report(**query)
         got = {line.key: (line.quantity, line.cost) for line in report.lines}
@@ -124,7 +133,8 @@ def test_pieces_that_start_and_end_mid_day_cover_exactly_their_rows(alice, seed)
     scope = {"tenant": alice.tenant, "meters": (), "session_id": None}
     for _ in range(20):
         a, b = sorted((_at(rng), _at(rng)))
-        sums = reports._piece_sums(a, b, scope=scope, by_day=rng.random() < 0.5)
+        trunc = rng.choice((None, "day", "hour"))
+        sums = reports._piece_sums(a, b, scope=scope, trunc=trunc)
         got = sum(qs.aggregate(q=Sum("quantity"))["q"] or 0 for qs in sums)
         assert got == sum(r.quantity for r in rows if a <= r.occurred_at < b), (a, b)
 
@@ -174,18 +184,30 @@ def test_the_migration_builds_the_rollup_from_existing_rows(alice, charlie) -> N
     kept = _daily()
     assert sum(kept.values()) == sum(r.quantity for r in rows)
     UsageDaily.objects.all().delete()
+    # the rollup's first migration summed rows recorded before keys were (all "")
     backfill = importlib.import_module("controlplane.metering.migrations.0004_usage_daily_backfill")
     backfill.build(apps, None)
-    assert _daily() == kept
+    assert _daily(keys=False) == _without_keys(kept)
     assert daily_rebuild(tenant_id=alice.tenant.pk) > 0
+    assert daily_rebuild(tenant_id=charlie.tenant.pk) > 0
     assert _daily() == kept
 
 
-def _daily() -> dict[tuple, int]:
+def _daily(*, keys: bool = True) -> dict[tuple, int]:
     return {
-        (d.tenant_id, d.day, d.session_id, d.base_model, d.meter): d.quantity
+        (d.tenant_id, d.day, d.session_id, d.api_key if keys else "", d.base_model, d.meter): (
+            d.quantity
+        )
         for d in UsageDaily.objects.all()
     }
+
+
+def _without_keys(daily: dict[tuple, int]) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for (tenant, day, session, _, base, meter), quantity in daily.items():
+        key = (tenant, day, session, "", base, meter)
+        out[key] = out.get(key, 0) + quantity
+    return out
 
 
 @pytest.mark.django_db(transaction=True)

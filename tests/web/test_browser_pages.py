@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from controlplane.audit.services import audit_record
+from controlplane.budgets.services import budget_create
 from controlplane.iam.provisioning import account_create
 from controlplane.kms import services as kms
 from controlplane.metering.models import Meter
@@ -72,6 +73,10 @@ def seed(tmp_path) -> str:
         usage(tenant, "sess-b", OTHER, Meter.FORWARD_TOKENS, 15_000 * (day % 5), at)
     usage(tenant, "sess-b", OTHER, Meter.SAMPLED_TOKENS, 1_500_000, timezone.now())  # invoiced
     usage(tenant, "sess-b", BASE, Meter.TRAIN_TOKENS, 2_750_000, timezone.now())
+    budget_create(  # $1.20 spent this month: reached, so every page shows the banner
+        tenant=tenant, actor=account.owner_arn, name="team-month", scope="account", unit="usd",
+        period="month", amount="1",
+    )  # fmt: skip
     for allowed in (True, False):
         audit_record(
             tenant=tenant,
@@ -153,6 +158,8 @@ def test_resource_pages_in_a_browser(live_server, tmp_path) -> None:
 
         visit("/vpc", "vpc", SUBNET)
         visit("/billing?start=2025-03-01&end=2025-03-31", "billing", "By session")
+        visit("/billing/budgets", "billing-budgets", "Create a budget")
+        visit("/billing/budgets/team-month", "billing-budget", "has reached its limit of $1.00")
         visit("/audit", "audit", "iam:CreateRole")
         visit("/audit?decision=deny", "audit-denied", "no policy allows")
 

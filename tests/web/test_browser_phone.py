@@ -40,6 +40,8 @@ def pages(seeded) -> list[tuple[str, str]]:
         ("kms-key", f"/kms/keys/{seeded.key_id}"),
         ("vpc", "/vpc"),
         ("billing", "/billing?start=2025-03-01&end=2025-03-31"),
+        ("budgets", "/billing/budgets"),
+        ("budget", "/billing/budgets/team-month"),
         ("audit", "/audit"),
         ("account", "/account"),
         ("status", "/status"),

@@ -100,7 +100,8 @@ def test_usage_charts_and_breakdowns(alice) -> None:
     page = r.content.decode()
     assert r.status_code == 200
     assert "3,500,000" in page and "$0.85" in page  # totals
-    assert page.count('<svg class="chart"') == 2  # tokens and cost, stacked by meter
+    # tokens and cost per day, stacked by meter; cost per hour of the last 48 hours
+    assert page.count('<svg class="chart"') == 3
     assert "Mar 10 · Training tokens: 1M" in page and "Mar 11 · Sampled tokens: 2M" in page
     assert "Mar 11 · Forward tokens: 500k" in page
     assert "train_tokens" not in page.split('id="export"')[0]  # meters have names people read

@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.audit.services import audited_transaction
-from controlplane.edge.callers import allow, tenant_of
+from controlplane.edge.callers import allow, key_of, tenant_of
 from controlplane.errors import DomainError
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
@@ -64,6 +64,7 @@ def asample(request: Request) -> Response:
             sampling_session_id=req.sampling_session_id,
             seq_id=req.seq_id,
             payload=payload,
+            api_key=key_of(request),
         )
         return future(request, op)  # its RetrieveFuture decision is audited in the same commit
 
