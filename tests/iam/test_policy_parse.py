@@ -144,7 +144,7 @@ BAD_PERMISSION: list[tuple[str, Any, str, str]] = [
     ),
     (
         "resource of a service without ARNs",
-        permission(allow(Resource=f"arn:loopwright:billing::{ACCOUNT}:invoice/1")),
+        permission(allow(Resource=f"arn:loopwright:audit::{ACCOUNT}:event/1")),
         "Statement[0].Resource",
         "has no resource ARNs",
     ),
@@ -509,7 +509,7 @@ def test_action_catalogue() -> None:
         "kms:GenerateDataKey",
     ]
     assert matching_actions("registry:?eleteModelPackage") == ["registry:DeleteModelPackage"]
-    assert len(matching_actions("*")) == len(ACTIONS) == 77
+    assert len(matching_actions("*")) == len(ACTIONS) == 86
     assert ACTIONS["sessions:ListBaseModels"].resource_type == "*"
     assert ACTIONS["registry:DownloadModelPackage"].resource_type == "model-package"
     assert ACTIONS["sts:AssumeRole"].service == "sts"

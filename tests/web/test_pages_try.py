@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.audit.models import AuditEvent
 from controlplane.metering.models import UsageRecord
-from controlplane.openai_api import services
+from controlplane.completions import services
 from controlplane.training_sessions.models import Operation
 from tests.controlplane import conftest as api_people
 from tests.controlplane.wire import create_model, open_session
