@@ -24,6 +24,9 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 _RETRY_STATUSES = frozenset({408, 429})
 _RETRY_EXCEPTIONS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 DOWNLOAD_CHUNK = 1 << 20
+# Retry jitter draws from a generator of its own: a retry in a background thread never moves
+# the global ``random`` stream a user's seeded loop (or a hypothesis strategy) relies on.
+_JITTER = random.Random()  # noqa: S311 — retry jitter, not a secret
 POLL_TIMEOUT = 45.0
 """Read timeout of one retrieve_future long poll (the server holds it up to ~30 s)."""
 
@@ -47,7 +50,7 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based)."""
         base = min(self.initial_delay * 2 ** min(attempt, 30), self.max_delay)
-        return max(0.0, base * (1 + self.jitter * (2 * random.random() - 1)))  # noqa: S311 — retry jitter, not a secret
+        return max(0.0, base * (1 + self.jitter * (2 * _JITTER.random() - 1)))
 
 
 def _retry_after(response: httpx.Response) -> float | None:

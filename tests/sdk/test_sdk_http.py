@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 
@@ -225,3 +226,13 @@ def test_backoff_grows_and_is_capped() -> None:
     assert [policy.delay(n) for n in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     jittered = RetryPolicy(initial_delay=1.0, jitter=0.25)
     assert all(0.75 <= jittered.delay(0) <= 1.25 for _ in range(50))
+
+
+def test_jitter_leaves_the_global_random_stream_alone() -> None:
+    # a user's loop seeds ``random``; retries in the SDK's background thread must not move it
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    delays = {RetryPolicy(initial_delay=1.0, jitter=0.25).delay(0) for _ in range(20)}
+    assert [random.random() for _ in range(3)] == expected
+    assert len(delays) > 1  # still jittered
