@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 
 from controlplane.audit.models import AuditEvent
-from controlplane.metering.models import UsageRecord
 from controlplane.completions import services
+from controlplane.metering.models import UsageRecord
 from controlplane.training_sessions.models import Operation
 from tests.controlplane import conftest as api_people
 from tests.controlplane.wire import create_model, open_session
