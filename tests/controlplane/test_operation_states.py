@@ -184,6 +184,13 @@ def test_placement_never_chooses_a_worker_silent_past_its_limit_and_prefers_fres
     waiting = TrainingModel.objects.get(pk=first.pk)
     assert (waiting.worker_id, waiting.placement) == (None, "waiting_for_worker")
     assert "1 live one has not renewed its lease for over 50% of it" in waiting.status_reason
+    r = alice.post(  # a new sampler waits too, and says why
+        "create_sampling_session",
+        {"session_id": open_session(alice), "sampling_session_seq_id": 0, "base_model": TINY},
+    )
+    assert r.status_code == 200, r.content
+    assert r.json()["queue"]["waits_for"] == "worker"
+    assert "1 live one has not renewed its lease" in r.json()["queue"]["reason"]
     b = Worker.objects.get(name="b")
     assert worker_renew(worker_id=b.pk, generation=b.generation)
     assert first.pk in placement.models_place_waiting(base_model=TINY)
