@@ -163,9 +163,10 @@ def move_waiting(ops: QuerySet, worker: Worker | None) -> int:
 
 
 def place_with_model(model: TrainingModel, worker: Worker) -> None:
-    """``model`` was placed on ``worker``: its operations that waited for a worker, the
+    """``model`` was placed on ``worker``: its operations queued while it waited for one (those
+    refused on arrival, finished already, too: they are the worker's to step over), the
     samplers of its live weights and their waiting requests go there with it."""
-    move_waiting(model.operations.filter(worker__isnull=True), worker)
+    model.operations.filter(worker__isnull=True).update(worker=worker)
     samplers = SamplingSession.objects.filter(live_model=model)
     samplers.update(worker=worker)
     move_waiting(
