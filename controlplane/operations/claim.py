@@ -226,8 +226,8 @@ def requeue(*, request_id: str, fence: Fence, home: bool = False) -> bool:
     """An operation this worker claimed but will not record now: pending again, to run once
     more (one that ran but could not be recorded, after its model is restored, since the
     worker's state of the model has taken it and the database's has not). ``home``: on the
-    worker it belongs on now (``operation_states.home_worker_id``). False: it was recorded after all, or the worker
-    no longer holds it."""
+    worker it belongs on now (``operation_states.home_worker_id``). False: it was recorded
+    after all, or the worker no longer holds it."""
     if not fence.lock():
         return False
     return states.requeue(request_id, fence, home=home)
