@@ -35,9 +35,8 @@ import torch.distributed as dist
 from django.conf import settings as django_settings
 from django.db import close_old_connections
 
-from controlplane.fleet import replica_groups
-from controlplane.fleet.replica_groups import Membership
-from controlplane.training_sessions.services import failover
+from controlplane import worker_port as port
+from controlplane.worker_port import Membership
 
 from .engine.distributed import DataParallel, RankGroup, is_sharded, shard_base
 from .rank_network import use_interface_of
@@ -87,7 +86,7 @@ class GroupMember:
     def check(self) -> None:
         """From the heartbeat: leave a group that ended, join one placement named, ping a led
         one. Never blocks on the drain: what needs it waits for the next beat."""
-        now = replica_groups.membership(fence=self.rt.fence)
+        now = port.membership(fence=self.rt.fence)
         joined = self._membership
         if joined is not None and (now is None or now.group_id != joined.group_id):
             self._ending.set()
@@ -157,9 +156,7 @@ class GroupMember:
         )
         use_interface_of(address, rt.settings.device)
         rendezvous = f"tcp://{address}:{self._store.port}"
-        if not replica_groups.group_announce(
-            group_id=m.group_id, fence=rt.fence, rendezvous=rendezvous
-        ):
+        if not port.group_announce(group_id=m.group_id, fence=rt.fence, rendezvous=rendezvous):
             raise RuntimeError("the group ended before it formed")
         log.info(
             "replica group %s: waiting for %d ranks at %s", m.group_id, m.world_size, rendezvous
@@ -174,7 +171,7 @@ class GroupMember:
         )
         self._shard(m)
         dp = DataParallel(rt.host, self._group)
-        if not replica_groups.group_ready(group_id=m.group_id, fence=rt.fence):
+        if not port.group_ready(group_id=m.group_id, fence=rt.fence):
             raise RuntimeError("the group ended while it formed")
         rt.engine.attach(dp, lambda exc: self.broken(m, exc))
         log.info("replica group %s ready: %d ranks", m.group_id, m.world_size)
@@ -189,7 +186,7 @@ class GroupMember:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError("rank 0 did not announce the rendezvous in time")
-            now = replica_groups.membership(fence=rt.fence)
+            now = port.membership(fence=rt.fence)
             if now is None or now.group_id != m.group_id:
                 return
             m = now
@@ -229,7 +226,7 @@ class GroupMember:
 
     def _record_end(self, m: Membership, exc: BaseException) -> None:
         try:
-            failover.group_broken(
+            port.group_broken(
                 m.group_id,
                 by=f"worker {self.rt.name}",
                 reason=f"a collective failed on {self.rt.name}: {type(exc).__name__}: {exc}"[:500],

@@ -17,8 +17,7 @@ import structlog
 from django.db import DatabaseError
 
 from controlplane import metrics
-from controlplane.metering.tokens import work_tokens
-from controlplane.operations import claim
+from controlplane import worker_port as port
 
 from .executor import PACKED_CALLS, Outcome, run_packed, run_samples
 from .scheduling import PACKED_KINDS, Work
@@ -42,7 +41,7 @@ class Pass:
         a plain completion's own statement, else one cheap query) found nothing waiting."""
         rt = self.rt
         limit = rt.settings.pass_samples
-        heads, samples = claim.claim_runnable(fence=rt.fence, sample_limit=limit)
+        heads, samples = port.claim_runnable(fence=rt.fence, sample_limit=limit)
         claimed = {op.pk: op for op in heads + samples}
         if not claimed:
             return 0, False
@@ -64,7 +63,7 @@ class Pass:
             progressed += ran
             if rt._stop.is_set():  # the call that ran was the last: the rest waits again
                 for request_id in self.unfinished:
-                    claim.requeue(request_id=request_id, fence=rt.fence)
+                    port.requeue(request_id=request_id, fence=rt.fence)
                 return progressed, True
         if not progressed:  # all put back to wait: a later pass (the heartbeat's look)
             return 0, False
@@ -126,7 +125,7 @@ class Pass:
                     if live_adapter(op.plan) == model_id:
                         outcomes[op.pk] = failed
         runnable = [op for op in ops if op.pk not in outcomes]
-        tokens = sum(work_tokens(op.kind, op.payload) or 0 for op in runnable)
+        tokens = sum(port.work_tokens(op.kind, op.payload) or 0 for op in runnable)
         on_tokens = token_publisher.sink(
             [op.pk for op in runnable], [op.payload for op in runnable]
         )
@@ -155,7 +154,7 @@ class Pass:
             if failed is not None:
                 outcomes[op.pk] = failed
         runnable = [op for op in ops if op.pk not in outcomes]
-        counted = [work_tokens(op.kind, op.payload) for op in runnable]
+        counted = [port.work_tokens(op.kind, op.payload) for op in runnable]
         tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
         started = time.perf_counter()
         with rt._threads(tokens):
@@ -181,7 +180,7 @@ def work_of(op) -> Work:
         tenant=str(op.tenant_id),
         owner=str(op.model_id or op.sampling_session_id or ""),
         kind=op.kind,
-        tokens=work_tokens(op.kind, op.payload) or 0,
+        tokens=port.work_tokens(op.kind, op.payload) or 0,
     )
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from controlplane.fleet.services import Fence
-from controlplane.training_sessions.services import recovery
+from controlplane import worker_port as port
+from controlplane.worker_port import Fence
 
 from .engine.host import ModelHost
 from .executor import opened, run_training
@@ -55,10 +55,10 @@ def restore_model(
     vault: Callable[[object], Vault],
     threads: Callable[[str, dict], AbstractContextManager],
 ) -> Restored:
-    """Restore ``model_id`` onto ``host``; raises ``recovery.NotHere`` if it is not this
+    """Restore ``model_id`` onto ``host``; raises ``port.NotHere`` if it is not this
     worker's, ``ReplayDiverged`` or an engine/storage error if it cannot be restored."""
     started = time.perf_counter()
-    plan = recovery.restore_plan(model_id=model_id, fence=fence)
+    plan = port.restore_plan(model_id=model_id, fence=fence)
     tenant_vault = vault(plan.model.tenant_id)
     if host.has_adapter(model_id):
         host.remove_adapter(model_id)
@@ -76,7 +76,7 @@ def restore_model(
         if host.has_adapter(model_id):
             host.remove_adapter(model_id)
         raise
-    recovery.restore_finished(
+    port.restore_finished(
         plan=plan,
         fence=fence,
         worker_name=worker_name,

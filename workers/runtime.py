@@ -27,14 +27,7 @@ from django.conf import settings as django_settings
 from django.db import DatabaseError, close_old_connections
 
 from controlplane import dispatch
-from controlplane.fleet import services as fleet
-from controlplane.kms import providers as kms_providers
-from controlplane.kms.selectors import key_ref_by_arn
-from controlplane.metering.tokens import work_tokens
-from controlplane.operations import claim, complete, ordering
-from controlplane.training_sessions.selectors import model_replicas
-from controlplane.training_sessions.services import failover, placement, recovery
-from controlplane.training_sessions.services.storage import storage_at
+from controlplane import worker_port as port
 
 from .base_fit import device_memory, fit_of, host_memory_refusal, parse_memory, refused
 from .cpu_threads import cpu_threads, threads_for
@@ -221,7 +214,7 @@ class WorkerRuntime:
         it still held the lease); then take models and samplers waiting for a worker."""
         m = self.host.materialized
         files = {name: path.read_text() for name, path in m.tokenizer_files.items()}
-        reg = failover.worker_start(
+        reg = port.worker_start(
             by=f"worker {self.name}",
             name=self.name,
             queue=self.settings.queue,
@@ -242,7 +235,7 @@ class WorkerRuntime:
             base_memory_bytes=self.fit.whole_bytes,
         )
         self.worker = reg.worker
-        self.fence = fleet.Fence(reg.worker.pk, reg.generation)
+        self.fence = port.Fence(reg.worker.pk, reg.generation)
         self._renewed_at = time.monotonic()
         self._fenced.clear()
         self._place_waiting()
@@ -286,9 +279,7 @@ class WorkerRuntime:
         return time.monotonic() - self._beat_at
 
     def _place_waiting(self) -> None:
-        base_model = self.settings.base_model
-        placed = placement.models_place_waiting(base_model=base_model)
-        placed += placement.samplers_place_waiting(base_model=base_model)
+        placed = port.take_waiting(base_model=self.settings.base_model)
         if placed:
             log.info("took %d models and samplers that waited for a worker", len(placed))
 
@@ -297,7 +288,7 @@ class WorkerRuntime:
         silent past its lease; take waiting models (room may have freed); record seq_ids that
         never arrived; give a lost nudge or a snapshot due by time another look."""
         started = time.monotonic()
-        if not fleet.worker_renew(worker_id=self.fence.worker_id, generation=self.fence.generation):
+        if not port.lease_renew(self.fence):
             self._fenced.set()
             if self._drain_lock.acquire(blocking=False):
                 try:
@@ -306,7 +297,7 @@ class WorkerRuntime:
                     self._drain_lock.release()
             return
         self._renewed_at = started  # renewed as of the moment it was asked
-        failover.workers_declare_dead(by=f"worker {self.name}")
+        port.declare_dead(by=f"worker {self.name}")
         self.group.check()  # join, leave or keep alive its replica group
         if self._unrecorded and self._drain_lock.acquire(blocking=False):
             try:  # the database answers again: what it could not record runs again
@@ -314,10 +305,10 @@ class WorkerRuntime:
             finally:
                 self._drain_lock.release()
         self._place_waiting()
-        ordering.settle_gaps(worker=self.worker)  # one row per gap, however long
+        port.settle_gaps(worker=self.worker)  # one row per gap, however long
         if self._models_to_restore():
             self._restores_due.set()
-        waiting = claim.has_waiting_work(worker=self.worker)
+        waiting = port.has_waiting_work(worker=self.worker)
         if waiting or self.snapshots.due_by_time() or self._restores_due.is_set():
             if self.wake is not None:
                 self.wake.poke()
@@ -326,7 +317,7 @@ class WorkerRuntime:
 
     def _models_to_restore(self) -> list[str]:
         """Models moved here from a lost worker that this host does not hold yet."""
-        moved = recovery.models_to_restore(worker_id=self.fence.worker_id)
+        moved = port.models_to_restore(fence=self.fence)
         return [m for m in moved if not self.host.has_adapter(m)]
 
     def request_stop(self) -> None:
@@ -345,7 +336,7 @@ class WorkerRuntime:
                     self.snapshots.take(model_id, self.fence)
                 log.warning("worker %s stopping: snapshotting its changed models", self.name)
                 self.snapshots.flush(max(0.0, deadline - time.monotonic()))
-            moved = failover.worker_hand_over(fence=self.fence, by=f"worker {self.name}")
+            moved = port.hand_over(fence=self.fence, by=f"worker {self.name}")
             log.warning("worker %s stopped; %d model(s) handed over", self.name, moved)
         finally:
             if locked:
@@ -359,7 +350,7 @@ class WorkerRuntime:
                 return 0
             try:
                 return self._drain()
-            except complete.Fenced:
+            except port.Fenced:
                 self._reset()
                 return 0
 
@@ -373,7 +364,7 @@ class WorkerRuntime:
             if not progressed and not idle:
                 # Nothing runnable: step over requests refused on arrival, then look again
                 # (seq_ids that never arrived are settled by the heartbeat, not here).
-                progressed = ordering.step_over_finished(worker=self.worker)
+                progressed = port.step_over_finished(worker=self.worker)
             ran += progressed
             if self._stop.is_set():
                 return ran
@@ -392,7 +383,7 @@ class WorkerRuntime:
         return Pass(self).run()
 
     def _waiting(self) -> bool:
-        return claim.has_waiting_work(worker=self.worker, older_than_seconds=None)
+        return port.has_waiting_work(worker=self.worker, older_than_seconds=None)
 
     def _threads(self, tokens: int | None):
         """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
@@ -401,7 +392,7 @@ class WorkerRuntime:
         return cpu_threads(threads_for(tokens, self._parameters, self._usual_threads))
 
     def _op_threads(self, kind: str, payload: dict):
-        return self._threads(work_tokens(kind, payload))
+        return self._threads(port.work_tokens(kind, payload))
 
     def _held(self, op) -> Outcome | None:
         """Bring ``op``'s model onto the host if it needs it and is not here (None: ready)."""
@@ -448,7 +439,7 @@ class WorkerRuntime:
                 vault=self.vault,
                 threads=self._op_threads,
             )
-        except recovery.NotHere:
+        except port.NotHere:
             return Outcome(error=f"model {model_id} is on another worker", retry=True, home=True)
         except GroupNotReady as exc:
             return Outcome(error=str(exc), retry=True)
@@ -463,7 +454,7 @@ class WorkerRuntime:
             if passing and tries < RESTORE_ATTEMPTS:
                 return Outcome(error=f"restoring model {model_id}: {exc}", retry=True)
             return Outcome(
-                error=complete.restore_failed(
+                error=port.restore_failed(
                     model_id=model_id, worker_name=self.name, why=outcome.error or str(exc)
                 ),
                 category="server",
@@ -489,7 +480,7 @@ class WorkerRuntime:
         if replicas is None:
             if len(self._replicas) > 100_000:
                 self._replicas.clear()
-            replicas = self._replicas[model_id] = model_replicas(model_id)
+            replicas = self._replicas[model_id] = port.model_replicas(model_id)
         return replicas > 1
 
     def drop_replicated(self) -> None:
@@ -523,10 +514,10 @@ class WorkerRuntime:
         """Seals and opens checkpoints with the tenant's keys, as the database holds them now;
         storage (S3 endpoint and region) as this worker's settings say."""
         return Vault(
-            lookup=lambda arn: key_ref_by_arn(tenant_id=tenant_id, arn=arn),
-            provider=kms_providers.provider,
+            lookup=lambda arn: port.key_ref(tenant_id=tenant_id, arn=arn),
+            provider=port.key_provider,
             scratch_root=self.settings.scratch_dir,
-            stores=storage_at,
+            stores=port.storage_at,
         )
 
     def _finish(self, op, outcome: Outcome) -> bool | None:
@@ -534,19 +525,19 @@ class WorkerRuntime:
         not known)."""
         try:
             if outcome.retry:  # not run: pending again, for a later pass
-                claim.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
+                port.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
                 operation_recorded(op, "retried")
                 return None
             if outcome.ok:
-                waiting = complete.complete(op, outcome.result or {}, self.fence)
+                waiting = port.complete(op, outcome.result or {}, self.fence)
                 operation_recorded(op, "done")
                 # after the commit: a snapshot never holds a state the database has not
                 self.snapshots.ran(op, outcome.result or {}, self.fence)
                 return waiting
-            complete.fail(op, outcome.error or "failed", outcome.category, self.fence)
+            port.fail(op, outcome.error or "failed", outcome.category, self.fence)
             operation_recorded(op, "failed")
             return None
-        except complete.ClaimLost:
+        except port.ClaimLost:
             # The database lost the claim (it crashed before the claim reached its disk): the
             # operation is pending again, and runs again after the model is restored.
             log.warning("%s lost its claim; it runs again", op.pk)
@@ -568,7 +559,7 @@ class WorkerRuntime:
 
     def _requeue_unrecorded(self) -> None:
         for request_id in sorted(self._unrecorded):
-            claim.requeue(request_id=request_id, fence=self.fence)
+            port.requeue(request_id=request_id, fence=self.fence)
             self._unrecorded.discard(request_id)
 
 

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 
 from django.db import connections
 
-from controlplane.fleet.services import Fence
-from controlplane.training_sessions.services import recovery
+from controlplane import worker_port as port
+from controlplane.worker_port import Fence
 
 from . import checkpoint_storage as stored
 from .engine import snapshots as engine_snapshots
@@ -172,7 +172,7 @@ class Snapshots:
                 connections.close_all()  # this thread's own: snapshots are minutes apart
 
     def _write(self, job: _Job) -> None:
-        target = recovery.snapshot_target(model_id=job.model_id, seq=job.seq)
+        target = port.snapshot_target(model_id=job.model_id, seq=job.seq)
         vault = self.vault(job.tenant_id)
         sealing, uri = target["sealing"], target["storage_uri"]
         with vault.scratch() as scratch:
@@ -181,15 +181,15 @@ class Snapshots:
             manifest = stored.upload(vault, scratch / "sealed", uri, uri)
         point = {
             "seq": job.seq,
-            "kind": recovery.SNAPSHOT,
+            "kind": port.SNAPSHOT,
             "storage_uri": uri,
             "storage_path": target["storage_path"],
             "manifest": manifest,
             "sealing": sealing,
             "at": datetime.now(UTC).isoformat(),
         }
-        if recovery.snapshot_record(model_id=job.model_id, fence=job.fence, point=point):
+        if port.snapshot_record(model_id=job.model_id, fence=job.fence, point=point):
             self.written += 1
             log.info("snapshot of %s after seq_id %s recorded", job.model_id, job.seq)
         else:  # the model moved on (a newer point, another worker, its end): not needed
-            recovery.snapshot_delete(point)
+            port.snapshot_delete(point)

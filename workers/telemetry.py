@@ -18,7 +18,7 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from controlplane import metrics
-from controlplane.metering.tokens import operation_usage
+from controlplane import worker_port as port
 
 log = logging.getLogger("loopwright.worker")
 
@@ -42,7 +42,7 @@ def operation_recorded(op, outcome: str) -> None:
         metrics.QUEUE_SECONDS.labels(op.kind).observe(max(0.0, (started - created).total_seconds()))
     if isinstance(started, datetime) and isinstance(finished, datetime):
         metrics.RUN_SECONDS.labels(op.kind).observe(max(0.0, (finished - started).total_seconds()))
-    for meter, tokens in operation_usage(op.kind, op.payload or {}, op.result or {}).items():
+    for meter, tokens in port.operation_usage(op.kind, op.payload or {}, op.result or {}).items():
         metrics.TOKENS.labels(str(meter)).inc(tokens)
 
 

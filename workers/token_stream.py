@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
-from controlplane.operations import token_notices
+from controlplane import worker_port as port
 from controlplane.pg_listen import connect_params
 
 from .engine.sampler import SampledToken, TokenSink
@@ -41,11 +41,11 @@ class TokenPublisher:
         """What to tell the engine for a batch of operations (``job``: the index among them);
         None when none of them streams."""
         channels = {
-            i: token_notices.channel(request_id)
+            i: port.token_channel(request_id)
             for i, (request_id, payload) in enumerate(zip(request_ids, payloads, strict=True))
-            if token_notices.wants_stream(payload)
+            if port.wants_token_stream(payload)
         }
-        if not channels or not token_notices.available():
+        if not channels or not port.token_notices_available():
             return None
         self._ensure_thread()
 
@@ -81,7 +81,7 @@ class TokenPublisher:
         if flush is None:
             flush = settings.STREAM_FLUSH_SECONDS
         while True:
-            held: dict[str, list[token_notices.Entry]] = {}
+            held: dict[str, list[port.TokenEntry]] = {}
             item = self._queue.get()
             deadline = time.monotonic() + flush
             while item is not _SEND_NOW and item is not _STOP:
@@ -104,14 +104,14 @@ class TokenPublisher:
                     self._conn = None
                 return
 
-    def _send(self, held: dict[str, list[token_notices.Entry]]) -> None:
+    def _send(self, held: dict[str, list[port.TokenEntry]]) -> None:
         import psycopg
 
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = psycopg.connect(autocommit=True, **connect_params())
             for name, entries in held.items():
-                for payload in token_notices.notices(entries):
+                for payload in port.token_notices_of(entries):
                     self._conn.execute("SELECT pg_notify(%s, %s)", [name, payload])
                     self.sent += 1
         except Exception:

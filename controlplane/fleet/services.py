@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import DateTimeField, Exists, ExpressionWrapper
+from django.db.models import BooleanField, Case, DateTimeField, Exists, ExpressionWrapper, When
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -225,6 +225,41 @@ def holds_lease(*, worker_id: int, generation: int) -> bool:
 
 def live_workers():
     return Worker.objects.filter(state=Worker.State.ACTIVE, lease_expires_at__gte=lease_now())
+
+
+# A worker renews its lease every fifth of it (``workers/runtime.py``). One silent for more than
+# half its lease has missed two beats and more: it may well be gone (killed, partitioned) though
+# its lease has not run out yet, and no placement chooses it (a model moved there would wait
+# for that lease to run out, then move again). One silent for no longer than a beat and a half
+# is fresh: placement prefers it to one that is merely live.
+PLACEABLE_SILENCE = 0.5  # of the lease: the longest silence a placement accepts
+FRESH_SILENCE = 0.3  # of the lease: the longest silence that still counts as fresh
+
+
+def _renewed_within(fraction: float):
+    """The earliest end a lease renewed within ``fraction`` of its length ago has: its last
+    renewal set it to that moment plus the lease."""
+    ahead = timedelta(seconds=(1 - fraction) * settings.WORKER_LEASE_SECONDS)
+    if connection.vendor == "postgresql":
+        return ExpressionWrapper(Now() + ahead, output_field=DateTimeField())
+    return timezone.now() + ahead
+
+
+def placeable_workers():
+    """The live workers a placement may choose: silent for no more than ``PLACEABLE_SILENCE``
+    of the lease (measured on the lease's clock), each annotated ``fresh`` when silent for no
+    more than ``FRESH_SILENCE`` of it."""
+    return (
+        live_workers()
+        .filter(lease_expires_at__gte=_renewed_within(PLACEABLE_SILENCE))
+        .annotate(
+            fresh=Case(
+                When(lease_expires_at__gte=_renewed_within(FRESH_SILENCE), then=True),
+                default=False,
+                output_field=BooleanField(),
+            )
+        )
+    )
 
 
 def expired_workers():

@@ -20,7 +20,8 @@ from django.utils import timezone
 from controlplane import row_mapper
 from controlplane.fleet.models import Worker
 from controlplane.fleet.services import Fence
-from controlplane.training_sessions.models import Operation, SamplingSession, TrainingModel
+from controlplane.training_sessions import operation_states as states
+from controlplane.training_sessions.models import Operation, TrainingModel
 
 
 def next_training_ops(*, worker: Worker) -> list[Operation]:
@@ -56,20 +57,21 @@ def _claim_next_in_one_statement(fence: Fence, skip: Collection[str]) -> Operati
     skipping = ""
     if skip:
         skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
-    now = timezone.now()
     fenced, fence_params = fence.sql()
+    setting, set_params = states.CLAIM.sql_set(started_at=timezone.now())
+    claimable, from_params = states.CLAIM.sql_from()
     sql = f"""
-        UPDATE {ops} SET status = %s, started_at = %s
+        UPDATE {ops} SET {setting}
         WHERE id = (
             SELECT o.id FROM {ops} o JOIN {models} m ON m.id = o.model_id
             WHERE o.worker_id = %s AND o.status = %s AND o.seq_id = m.next_seq {skipping}
             ORDER BY o.created_at LIMIT 1
             FOR UPDATE OF o SKIP LOCKED
-        ) AND status = %s AND worker_id = %s AND {fenced}
+        ) AND {claimable} AND worker_id = %s AND {fenced}
         RETURNING {_returned()}
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
     pending, worker_id = Operation.Status.PENDING, fence.worker_id
-    params = [Operation.Status.RUNNING, now, worker_id, pending, *skip, pending, worker_id]
+    params = [*set_params, worker_id, pending, *skip, *from_params, worker_id]
     claimed = _claimed(sql, params + fence_params)
     return claimed[0] if claimed else None
 
@@ -111,6 +113,8 @@ def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
         return [op for op in pending_samples(worker=worker, limit=limit) if claim(op, fence)]
     ops = Operation._meta.db_table
     fenced, fence_params = fence.sql()
+    setting, set_params = states.CLAIM.sql_set(started_at=timezone.now())
+    claimable, from_params = states.CLAIM.sql_from("o.status")
     # the pick is materialized: evaluated once, so never more than ``limit`` rows
     sql = f"""
         WITH picked AS MATERIALIZED (
@@ -118,22 +122,12 @@ def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
             ORDER BY created_at LIMIT %s
             FOR UPDATE SKIP LOCKED
         )
-        UPDATE {ops} o SET status = %s, started_at = %s FROM picked
-        WHERE o.id = picked.id AND o.status = %s AND o.worker_id = %s AND {fenced}
+        UPDATE {ops} o SET {setting} FROM picked
+        WHERE o.id = picked.id AND {claimable} AND o.worker_id = %s AND {fenced}
         RETURNING {_returned("o")}
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-    pending = Operation.Status.PENDING
-    params = [
-        fence.worker_id,
-        pending,
-        Operation.Kind.SAMPLE,
-        limit,
-        Operation.Status.RUNNING,
-        timezone.now(),
-        pending,
-        fence.worker_id,
-        *fence_params,
-    ]
+    params = [fence.worker_id, Operation.Status.PENDING, Operation.Kind.SAMPLE, limit]
+    params += [*set_params, *from_params, fence.worker_id, *fence_params]
     return sorted(_claimed(sql, params), key=lambda op: op.created_at)
 
 
@@ -173,8 +167,10 @@ def _claim_runnable_in_one_statement(fence: Fence, sample_limit: int) -> list[Op
     # is left alone).
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
     fenced, fence_params = fence.sql()
+    setting, set_params = states.CLAIM.sql_set(started_at=timezone.now())
+    claimable, from_params = states.CLAIM.sql_from("o.status")
     sql = f"""
-        UPDATE {ops} o SET status = %s, started_at = %s
+        UPDATE {ops} o SET {setting}
         WHERE o.id = ANY(ARRAY(
             SELECT h.id FROM {ops} h JOIN {models} m ON m.id = h.model_id
             WHERE h.worker_id = %s AND h.status = %s AND h.seq_id = m.next_seq
@@ -186,12 +182,12 @@ def _claim_runnable_in_one_statement(fence: Fence, sample_limit: int) -> list[Op
                 FROM {ops} WHERE worker_id = %s AND status = %s AND kind = %s
             ) s
             ORDER BY s.turn, s.created_at LIMIT %s
-        )) AND o.status = %s AND o.worker_id = %s AND {fenced}
+        )) AND {claimable} AND o.worker_id = %s AND {fenced}
         RETURNING {_returned("o")}
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
     pending, worker_id = Operation.Status.PENDING, fence.worker_id
-    params = [Operation.Status.RUNNING, timezone.now(), worker_id, pending]
-    params += [worker_id, pending, Operation.Kind.SAMPLE, sample_limit, pending, worker_id]
+    params = [*set_params, worker_id, pending]
+    params += [worker_id, pending, Operation.Kind.SAMPLE, sample_limit, *from_params, worker_id]
     return _claimed(sql, params + fence_params)
 
 
@@ -219,14 +215,10 @@ def _unflushed() -> Iterator[None]:
 
 
 def claim(op: Operation, fence: Fence) -> bool:
-    now = timezone.now()
+    """``op`` claimed under ``fence`` (``operation_states.CLAIM``), committed without waiting
+    for the disk; False: someone else took or moved it."""
     with _unflushed():
-        won = Operation.objects.filter(
-            fence.q(), pk=op.pk, status=Operation.Status.PENDING, worker_id=fence.worker_id
-        ).update(status=Operation.Status.RUNNING, started_at=now)
-    if won:
-        op.status, op.started_at = Operation.Status.RUNNING, now
-    return bool(won)
+        return states.claim(op, fence)
 
 
 @transaction.atomic
@@ -234,24 +226,8 @@ def requeue(*, request_id: str, fence: Fence, home: bool = False) -> bool:
     """An operation this worker claimed but will not record now: pending again, to run once
     more (one that ran but could not be recorded, after its model is restored, since the
     worker's state of the model has taken it and the database's has not). ``home``: on the
-    worker its model (or sampler) is on now. False: it was recorded after all, or the worker
-    no longer holds it."""
+    worker it belongs on now (``operation_states.home_worker_id``). False: it was recorded
+    after all, or the worker no longer holds it."""
     if not fence.lock():
         return False
-    fields: dict = {"status": Operation.Status.PENDING, "started_at": None}
-    if home:
-        fields["worker_id"] = _home_of(Operation.objects.get(pk=request_id))
-    return bool(
-        Operation.objects.filter(
-            pk=request_id, status=Operation.Status.RUNNING, worker_id=fence.worker_id
-        ).update(**fields)
-    )
-
-
-def _home_of(op: Operation) -> int | None:
-    """The worker an operation belongs on: its model's, or its sampler's live model's, or its
-    sampler's."""
-    if op.model_id is not None:
-        return TrainingModel.objects.filter(pk=op.model_id).values_list("worker", flat=True)[0]
-    sampler = SamplingSession.objects.select_related("live_model").get(pk=op.sampling_session_id)
-    return sampler.live_model.worker_id if sampler.live_model else sampler.worker_id
+    return states.requeue(request_id, fence, home=home)

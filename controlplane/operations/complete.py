@@ -25,6 +25,7 @@ from controlplane.metering.rollup import usage_write_ctes
 from controlplane.metering.services import usage_record_for, usage_rows_for
 from controlplane.registry.services import package_register
 from controlplane.storage import manifest_digest
+from controlplane.training_sessions import operation_states as states
 from controlplane.training_sessions.models import (
     Checkpoint,
     Operation,
@@ -72,13 +73,9 @@ def complete(op: Operation, result: dict, fence: Fence) -> bool | None:
 def _complete(op: Operation, result: dict, now: datetime, fence: Fence) -> None:
     if not fence.lock():
         raise Fenced(f"operation {op.pk}: this worker's lease was taken away; result dropped")
-    updated = Operation.objects.filter(
-        pk=op.pk, status=Operation.Status.RUNNING, worker_id=fence.worker_id
-    ).update(status=Operation.Status.DONE, result=result, finished_at=now)
-    if not updated:
+    if not states.complete(op, result, now, fence):
         _not_running(op, fence)
         return
-    op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
     _advance(op)
     _apply_effects(op, result)
     usage_record_for(op)  # the tokens it processed, committed with its completion
@@ -89,7 +86,7 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
     trip, atomic by itself): the result, next_seq and the usage rows with their day's totals;
     it also looks for other pending operations on the worker."""
     before = op.status, op.result, op.finished_at
-    op.status, op.result, op.finished_at = Operation.Status.DONE, result, now
+    op.status, op.result, op.finished_at = states.COMPLETE.target, result, now
     usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
     if recordings.records(op):  # its sequences are recorded in the same statement
         cte, params = recordings.recording_write_cte(op, result, now, gate="done")
@@ -97,10 +94,13 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
         usage_params = usage_params + params
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
     fenced, fence_params = fence.sql()
+    result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
+    setting, set_params = states.COMPLETE.sql_set(result=result_db, finished_at=now)
+    running, from_params = states.COMPLETE.sql_from()
     sql = f"""
         WITH done AS (
-            UPDATE {ops} SET status = %s, result = %s, finished_at = %s
-            WHERE id = %s AND status = %s AND worker_id = %s AND {fenced}
+            UPDATE {ops} SET {setting}
+            WHERE id = %s AND {running} AND worker_id = %s AND {fenced}
             RETURNING model_id, seq_id
         ), advanced AS (
             UPDATE {models} m SET next_seq = done.seq_id + 1 FROM done
@@ -111,9 +111,7 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
             SELECT 1 FROM {ops} WHERE worker_id = %s AND status = %s
         )
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-    result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)
-    params = [Operation.Status.DONE, result_db, now, op.pk, Operation.Status.RUNNING]
-    params += [fence.worker_id, *fence_params]
+    params = [*set_params, op.pk, *from_params, fence.worker_id, *fence_params]
     waiting = [fence.worker_id, Operation.Status.PENDING]
     with connection.cursor() as cursor:
         cursor.execute(sql, params + usage_params + waiting)
@@ -156,21 +154,12 @@ def fail(
 ) -> None:
     """Record ``op`` as failed (by its worker: under ``fence``, else by the control plane);
     ``detail``: what the failure answer carries besides the error (e.g. where to resume)."""
-    unfinished = Operation.objects.filter(
-        pk=op.pk, status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)
-    )
+    unfinished = Operation.objects.filter(pk=op.pk)
     if fence is not None:
         if not fence.lock():
             raise Fenced(f"operation {op.pk}: this worker's lease was taken away")
         unfinished = unfinished.filter(worker_id=fence.worker_id)
-    updated = unfinished.update(
-        status=Operation.Status.FAILED,
-        error=error[:10000],
-        error_category=category,
-        finished_at=timezone.now(),
-        result=detail,
-    )
-    if not updated:
+    if not states.fail(unfinished, error, category, detail=detail):
         return
     _advance(op)
     if op.kind == Operation.Kind.CREATE_MODEL:

@@ -160,10 +160,12 @@ def sampler_seq_free(session: Session, seq: int) -> None:
 def _sampler_worker(base_model: str, network: Network, queue: bool, prefer=None) -> Worker | None:
     """A live worker of ``base_model`` on the session's network, ``prefer`` if it is one; None
     while no worker is live for a base model one has served, or (``queue``) none reaches the
-    network: the sampler waits in the placement queue, its requests with it."""
-    from controlplane.fleet.services import live_workers
+    network: the sampler waits in the placement queue, its requests with it. As placement, it
+    chooses only workers heard from lately (``fleet.services.placeable_workers``): with only
+    silent ones, the sampler waits as with none."""
+    from controlplane.fleet.services import placeable_workers
 
-    serving = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    serving = list(placeable_workers().filter(base_model_id=base_model).order_by("name"))
     workers = [w for w in serving if network.admits(w)]
     # workers that hold the base whole first, then the coordinators of sharded groups
     takes = sorted(

@@ -10,7 +10,12 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from controlplane.fleet.models import Worker
-from controlplane.fleet.services import Network, live_workers
+from controlplane.fleet.services import (
+    PLACEABLE_SILENCE,
+    Network,
+    live_workers,
+    placeable_workers,
+)
 from loopwright.types import QueueStatus
 
 from .models import Operation, SamplingSession, Session, TrainingModel
@@ -152,10 +157,17 @@ def sampler_queue_status(sampler: SamplingSession) -> QueueStatus | None:
 
 def sampler_wait_reason(base_model: str, network: Network) -> tuple[str, str]:
     """Why a sampler of ``base_model`` on ``network`` has no worker: none serves the base
-    ("worker"), or none of those reaches the network ("network")."""
-    serving = list(live_workers().filter(base_model_id=base_model))
+    ("worker": none is live, or those live have been silent too long for placement), or none
+    of those reaches the network ("network")."""
+    serving = list(placeable_workers().filter(base_model_id=base_model))
     if not serving:
-        return "worker", f"waiting for a worker that serves {base_model}: none is live"
+        silent = live_workers().filter(base_model_id=base_model).count()
+        if silent:
+            have = f"{silent} live one has" if silent == 1 else f"{silent} live ones have"
+            why = f"{have} not renewed its lease for over {PLACEABLE_SILENCE:.0%} of it"
+        else:
+            why = "none is live"
+        return "worker", f"waiting for a worker that serves {base_model}: {why}"
     n = len(serving)
     serve = f"{n} worker serves" if n == 1 else f"{n} workers serve"
     return "network", (

@@ -182,7 +182,7 @@ def test_a_moved_model_is_restored_at_once_not_when_its_user_comes_back(alice, s
 
 def test_a_model_moved_twice_before_it_was_restored_ends_both_moves(alice, start) -> None:
     """Its worker is lost, then the one it moved to before restoring it: one restore, on the
-    third worker, ends both recoveries (none is left "restoring")."""
+    third worker, ends both recoveries (none is left "restoring"), each naming its own move."""
     a = start("a")
     model_id = create_model(alice, a, open_session(alice))
     for fut in steps(alice, model_id, 1, 2):
@@ -199,10 +199,37 @@ def test_a_model_moved_twice_before_it_was_restored_ends_both_moves(alice, start
     c.drain()
     moves = list(Recovery.objects.filter(model_id=model_id).order_by("id"))
     assert [(r.from_worker, r.outcome, r.to_worker) for r in moves] == [
-        ("a", "restored", "c"),
+        ("a", "restored", "b"),
         ("b", "restored", "c"),
     ]
     assert moves[0].restored_at == moves[1].restored_at and moves[1].replayed == 5
+
+
+def test_a_model_moved_back_to_its_restarted_worker_names_each_move_truthfully(
+    alice, start
+) -> None:
+    """a is lost and its model moves to b; a starts again, then b is lost before restoring it:
+    the model goes back to a. The record shows a → b, then b → a (never a move from a to a)."""
+    a = start("a")
+    model_id = create_model(alice, a, open_session(alice))
+    for fut in steps(alice, model_id, 1, 2):
+        result(alice, a, fut)
+    b = start("b")
+    lease_runs_out(a)
+    failover.workers_declare_dead(by="test")
+    assert TrainingModel.objects.get(pk=model_id).worker.name == "b"
+    again = start("a")  # a new process under the old name
+    lease_runs_out(b)
+    failover.workers_declare_dead(by="test")
+    assert TrainingModel.objects.get(pk=model_id).worker.name == "a"
+    again.beat()
+    again.drain()
+    assert again.host.has_adapter(model_id)
+    moves = list(Recovery.objects.filter(model_id=model_id).order_by("id"))
+    assert [(r.from_worker, r.outcome, r.to_worker) for r in moves] == [
+        ("a", "restored", "b"),
+        ("b", "restored", "a"),
+    ]
 
 
 def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start) -> None:

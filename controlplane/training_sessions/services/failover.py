@@ -26,6 +26,7 @@ from controlplane.fleet import services as fleet
 from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.iam.resources import model_arn
 
+from .. import operation_states as states
 from ..models import Operation, Recovery, SamplingSession, TrainingModel
 from . import placement, queue
 
@@ -192,9 +193,7 @@ def _release(worker: Worker, *, cause: str, by: str, replicated_only: bool = Fal
     )
     # One statement for all of them, so a claim racing it either finished first (and is put
     # back here) or finds nothing left to claim.
-    ops.filter(status__in=(Operation.Status.PENDING, Operation.Status.RUNNING)).update(
-        status=Operation.Status.PENDING, started_at=None, worker=None
-    )
+    states.release(ops)
     what = CAUSE_TEXT[cause]
     for model in models:
         queue.model_requeue(model, f"its worker {worker.name} {what}; waiting for another")
@@ -242,17 +241,10 @@ def _record(
     return recovery
 
 
-def _rehome_strays() -> int:
+def _rehome_strays() -> None:
     """Requests queued on a worker after it was declared dead or stopped (their submit read the
-    old worker just before the move): pointed at where their model or sampler is now."""
-    stray = Operation.objects.filter(
-        status=Operation.Status.PENDING,
-        worker__state__in=(Worker.State.DEAD, Worker.State.GONE),
-    ).select_related("model", "sampling_session")
-    moved = 0
-    for op in stray:
-        home = op.model.worker_id if op.model_id else op.sampling_session.worker_id
-        moved += Operation.objects.filter(pk=op.pk, worker_id=op.worker_id).update(worker_id=home)
-        if home is not None:
-            placement.dispatch.wake_worker(Worker.objects.get(pk=home).queue)
-    return moved
+    old worker just before the move): each goes where it belongs now
+    (``operation_states.rehome_strays``), and the workers that got some are woken."""
+    woken = states.rehome_strays((Worker.State.DEAD, Worker.State.GONE))
+    for worker in Worker.objects.filter(pk__in=woken):
+        placement.dispatch.wake_worker(worker.queue)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.fleet.replica_groups import group_form
-from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
+from controlplane.fleet.services import Network, NoWorkerAvailable, placeable_workers
 
 from .worker_loads import locked_with_loads
 
@@ -28,7 +28,7 @@ def group_place(*, base_model: str, replicas: int, network: Network) -> Worker:
     ``network``: an existing one with room, or one formed now (in the caller's transaction,
     which locks the workers). Raises NoWorkerAvailable with the reason none will do."""
     serving = list(  # workers that hold the base whole; sharding ones serve only sharded groups
-        live_workers().filter(base_model_id=base_model, shard_ranks=1).order_by("name")
+        placeable_workers().filter(base_model_id=base_model, shard_ranks=1).order_by("name")
     )
     fitting = [w for w in serving if network.admits(w)]
     if len(fitting) < replicas:
@@ -71,7 +71,7 @@ def sharded_place(*, base_model: str, network: Network) -> Worker:
     existing one, or one formed now from free workers that shard it (in the caller's
     transaction). Raises NoWorkerAvailable with the reason none will do."""
     sharding = list(
-        live_workers().filter(base_model_id=base_model, shard_ranks__gt=1).order_by("name")
+        placeable_workers().filter(base_model_id=base_model, shard_ranks__gt=1).order_by("name")
     )
     fitting = [w for w in sharding if network.admits(w)]
     where = "" if network.is_open else f" on {network.wanted()}"

@@ -15,8 +15,15 @@ from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.fleet.models import Worker
-from controlplane.fleet.services import Network, NoWorkerAvailable, live_workers
+from controlplane.fleet.services import (
+    PLACEABLE_SILENCE,
+    Network,
+    NoWorkerAvailable,
+    live_workers,
+    placeable_workers,
+)
 
+from .. import operation_states as states
 from ..models import Operation, Recovery, SamplingSession, Session, TrainingModel
 from . import queue
 from .group_placement import group_place, sharded_place
@@ -36,11 +43,13 @@ def worker_place(*, base_model: str, network: Network | None = None) -> Worker:
     """The live worker serving ``base_model`` on ``network`` with the most free room; for a
     base no live worker holds whole, the coordinator of a sharded group (``sharded_place``).
 
+    Only workers heard from lately are chosen (``fleet.services.placeable_workers``: silent for
+    no more than ``PLACEABLE_SILENCE`` of the lease), a fresh one first among those with room.
     Runs inside the caller's transaction; the worker rows are locked so two placements cannot
     both take a last slot. Raises NoWorkerAvailable with the reason none will do.
     """
     network = network or Network()
-    live = list(live_workers().filter(base_model_id=base_model).order_by("name"))
+    live = list(placeable_workers().filter(base_model_id=base_model).order_by("name"))
     whole = [w for w in live if w.shard_ranks == 1]
     if any(w.shard_ranks > 1 and network.admits(w) for w in live):
         try:  # a worker that holds the base whole first; else a sharded group
@@ -55,7 +64,7 @@ def _whole_place(base_model: str, network: Network, whole: list[Worker]) -> Work
     if not serving:
         raise NoWorkerAvailable(
             base_model,
-            f"waiting for a worker that serves {base_model}: none is live",
+            f"waiting for a worker that serves {base_model}: {_none_heard(base_model)}",
             cause=NoWorkerAvailable.NO_WORKER,
         )
     wanted = network.wanted()
@@ -67,10 +76,11 @@ def _whole_place(base_model: str, network: Network, whole: list[Worker]) -> Work
             f"waiting for {wanted}: {serve} {base_model}, {network.mismatch(serving)}",
             cause=NoWorkerAvailable.NETWORK,
         )
-    locked, loads = locked_with_loads(fitting)  # then the one with the most room wins
+    fresh = {w.pk for w in fitting if w.fresh}
+    locked, loads = locked_with_loads(fitting)  # then a fresh one with the most room wins
     with_room = [w for w in locked if loads.get(w.pk, 0) < w.capacity]
     if with_room:
-        return min(with_room, key=lambda w: (loads.get(w.pk, 0), w.name))
+        return min(with_room, key=lambda w: (w.pk not in fresh, loads.get(w.pk, 0), w.name))
     full = "it is full" if len(fitting) == 1 else "all are full"
     raise NoWorkerAvailable(
         base_model,
@@ -82,6 +92,18 @@ def _whole_place(base_model: str, network: Network, whole: list[Worker]) -> Work
 
 def _n(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
+
+
+def _none_heard(base_model: str) -> str:
+    """Why no worker of ``base_model`` can be chosen: none is live, or those live have been
+    silent too long (they may be gone; placement waits for them to beat again, or for their
+    lease to run out)."""
+    live = live_workers().filter(base_model_id=base_model, shard_ranks=1).exclude(rank__gt=0)
+    silent = live.count()
+    if not silent:
+        return "none is live"
+    have = _n(silent, "live one has", "live ones have")
+    return f"{have} not renewed its lease for over {PLACEABLE_SILENCE:.0%} of it"
 
 
 def session_network(session: Session) -> Network:
@@ -153,12 +175,7 @@ def _assign(model: TrainingModel, worker: Worker) -> None:
     """The model is the worker's; its queued operations, and the samplers that sample from its
     live weights with theirs, go to the worker's queue after commit."""
     queue.model_leave_placed(model, worker)
-    model.operations.filter(worker__isnull=True).update(worker=worker)
-    samplers = SamplingSession.objects.filter(live_model=model)
-    samplers.update(worker=worker)
-    Operation.objects.filter(
-        sampling_session__in=samplers, worker__isnull=True, status=Operation.Status.PENDING
-    ).update(worker=worker)
+    states.place_with_model(model, worker)
     dispatch.wake_worker(worker.queue)
 
 
@@ -204,9 +221,10 @@ def sampler_home(sampler: SamplingSession) -> Worker | None:
     """Where a sampler's requests run: with its live model, or any live worker of its base model
     on its session's network (the one with the fewest samplers); None while there is none."""
     if sampler.live_model_id is not None:
-        return TrainingModel.objects.get(pk=sampler.live_model_id).worker
+        home = states.sampler_home_id(sampler)
+        return None if home is None else Worker.objects.get(pk=home)
     network = session_network(sampler.session)
-    live = list(live_workers().filter(base_model_id=sampler.base_model))
+    live = list(placeable_workers().filter(base_model_id=sampler.base_model))
     serving = [w for w in live if w.shard_ranks == 1 and network.admits(w) and takes_samplers(w)]
     if not serving:  # none holds the base whole here: a sharded group, if one can serve it
         return sharded_home(sampler.base_model, network, live)
@@ -225,11 +243,7 @@ def _fewest_samplers(workers: list[Worker]) -> Worker:
 
 def sampler_move(sampler: SamplingSession, worker: Worker | None) -> None:
     """Point the sampler and its queued requests at ``worker`` (None: they wait for one)."""
-    sampler.worker = worker
-    sampler.save(update_fields=["worker"])
-    Operation.objects.filter(sampling_session=sampler, status=Operation.Status.PENDING).update(
-        worker=worker
-    )
+    states.move_with_sampler(sampler, worker)
     if worker is not None:
         dispatch.wake_worker(worker.queue)
 
@@ -261,12 +275,7 @@ def model_end_waiting(model: TrainingModel) -> None:
     pending = list(
         model.operations.filter(status=Operation.Status.PENDING).values_list("id", flat=True)
     )
-    Operation.objects.filter(pk__in=pending).update(
-        status=Operation.Status.FAILED,
-        error=error,
-        error_category="user",
-        finished_at=timezone.now(),
-    )
+    states.fail(Operation.objects.filter(pk__in=pending), error, "user")
     model.state = TrainingModel.State.UNLOADED
     model.ended_at = timezone.now()
     model.save(update_fields=["state", "ended_at"])
@@ -280,12 +289,11 @@ def samplers_end_waiting(session: Session) -> int:
     """The session ended: its samplers that waited for a worker leave the queue, and their
     queued samples fail (nothing reaches a worker). Returns how many samples failed."""
     waiting = SamplingSession.objects.filter(session=session, worker__isnull=True)
-    return Operation.objects.filter(
-        sampling_session__in=waiting, status=Operation.Status.PENDING, worker__isnull=True
-    ).update(
-        status=Operation.Status.FAILED,
-        error=f"session {session.id} ended while its sampler waited for a worker; "
+    return states.fail(
+        Operation.objects.filter(
+            sampling_session__in=waiting, status=Operation.Status.PENDING, worker__isnull=True
+        ),
+        f"session {session.id} ended while its sampler waited for a worker; "
         "this request did not run",
-        error_category="user",
-        finished_at=timezone.now(),
+        "user",
     )

@@ -11,6 +11,7 @@ when the model ends. The point only ever moves forward.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 
@@ -133,15 +134,7 @@ def restore_finished(
     recovery.outcome = Recovery.Outcome.RESTORED
     recovery.save()
     if plan.recovery is not None:
-        # an earlier move the model was not restored after (it moved again first) ends here
-        # too; a later one (it moved on while this restore ran) is its next worker's to end
-        model.recoveries.filter(outcome=Recovery.Outcome.RESTORING, pk__lt=recovery.pk).update(
-            outcome=Recovery.Outcome.RESTORED,
-            to_worker=worker_name,
-            restored_at=recovery.restored_at,
-            recovery_seq=recovery.recovery_seq,
-            recovery_kind=recovery.recovery_kind,
-        )
+        _end_earlier_moves(model, recovery)
     match = "identical" if deviation == 0 else f"within {deviation:.2g} (relative)"
     audit_system(
         tenant=model.tenant,
@@ -153,6 +146,33 @@ def restore_finished(
         ),
     )
     return recovery
+
+
+def _end_earlier_moves(model: TrainingModel, restored: Recovery) -> None:
+    """The moves the model was not restored after (it moved again first) end with ``restored``
+    too, each naming the worker it moved to: the one the next move took it from. A later move
+    (it moved on while this restore ran) is its next worker's to end."""
+    earlier = model.recoveries.filter(outcome=Recovery.Outcome.RESTORING, pk__lt=restored.pk)
+    first = earlier.order_by("pk").values_list("pk", flat=True).first()
+    if first is None:
+        return
+    moves = list(model.recoveries.filter(pk__gte=first, pk__lte=restored.pk).order_by("pk"))
+    for move, following in itertools.pairwise(moves):
+        if move.outcome != Recovery.Outcome.RESTORING:
+            continue
+        move.outcome = Recovery.Outcome.RESTORED
+        move.to_worker = following.from_worker
+        move.restored_at = restored.restored_at
+        move.recovery_seq, move.recovery_kind = restored.recovery_seq, restored.recovery_kind
+        move.save(
+            update_fields=[
+                "outcome",
+                "to_worker",
+                "restored_at",
+                "recovery_seq",
+                "recovery_kind",
+            ]
+        )
 
 
 def last_resumable(model: TrainingModel) -> str | None:
