@@ -29,6 +29,7 @@ from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 from tests.e2e.stack import TINY, Stack
 
 from .overhead_bench import percentile
+from .report import parse_with_quick
 
 
 @dataclass
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--url")
     p.add_argument("--api-key", default=os.environ.get("LOOPWRIGHT_API_KEY"))
     p.add_argument("--role-arn", default=os.environ.get("LOOPWRIGHT_ROLE_ARN"))
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"sessions": 2, "steps": 2, "workers": 1})
     stack = None
     if args.url:
         target = Target(args.url, args.api_key, args.role_arn)

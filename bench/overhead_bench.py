@@ -22,6 +22,8 @@ from tests.e2e.stack import TINY, Stack
 from workers.engine.adapters import AdapterConfig
 from workers.engine.host import ModelHost
 
+from .report import parse_with_quick
+
 TOKENS = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]
 
 
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="postgres-redis", choices=["postgres-redis", "embedded"])
     p.add_argument("--n", type=int, default=100)
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"n": 5})
     local, remote = measure(args.backend, args.n)
     print(
         f"\nforward_backward, 1 datum × {len(TOKENS) - 1} tokens, tiny model, {args.n} calls "

@@ -31,6 +31,7 @@ from tests.e2e.stack import TINY, Stack, free_port
 
 from .load_bench import Tally
 from .overhead_bench import percentile
+from .report import parse_with_quick
 
 TARGET_OPS = 200.0  # operations/s at 8 sessions
 TARGET_P99_MS = 250.0  # forward_backward p99 at 8 sessions
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample-tokens", type=int, default=16)
     p.add_argument("--pass-tokens", type=int, default=16384)
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every process of the stack")
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"sessions": "1,2", "steps": 3, "samples": 2})
     w = Workload(args.steps, args.datums, args.tokens, args.samples, args.sample_tokens)
     counts = [int(n) for n in args.sessions.split(",")]
     port = free_port()
