@@ -28,6 +28,7 @@ from loopwright import ServiceClient
 from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 from tests.e2e.stack import TINY, Stack
 
+from . import stacks
 from .overhead_bench import percentile
 from .report import parse_with_quick
 
@@ -159,14 +160,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.url:
         target = Target(args.url, args.api_key, args.role_arn)
     else:
-        stack = own_stack(args.workers).start()
+        stack = stacks.start(own_stack(args.workers))
         target = Target(stack.url, stack.keys["alice"], stack.roles["alice"])
     try:
         tally, seconds = drive(target, args.sessions, args.steps)
     finally:
         if stack is not None:
-            stack.stop()
-    where = args.url or f"its own stack, {args.workers} CPU workers (tiny model)"
+            stacks.stop(stack)
+    where = args.url or f"a local stack, {args.workers} CPU worker(s) (tiny model)"
     print(
         f"\nload: {args.sessions} sessions × {args.steps} steps at once on {where}: {seconds:.1f} s"
     )

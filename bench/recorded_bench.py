@@ -20,6 +20,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench import stacks
 from bench.report import Row, format_table, parse_with_quick
 from loopwright import ServiceClient
 from loopwright.types import SamplingParams
@@ -94,12 +95,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_with_quick(parser, argv, quick)
     base_model = MODELS.get(args.model, args.model)
     workers = {"bench": [] if base_model == TINY else ["--base-model", base_model]}
-    stack = Stack(
-        args.backend,
-        Path(tempfile.mkdtemp(prefix="lw-bench-")),
-        workers=workers,
-        ready_model=base_model,
-    ).start()
+    stack = stacks.start(
+        Stack(
+            args.backend,
+            Path(tempfile.mkdtemp(prefix="lw-bench-")),
+            workers=workers,
+            ready_model=base_model,
+        )
+    )
     try:
         with ServiceClient(
             base_url=stack.url, api_key=stack.keys["alice"], role_arn=stack.roles["alice"]
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
             recorded, plain, tokens = measure(svc, base_model, args)
             held, as_json = stored(stack)  # before the session ends (its recordings go with it)
     finally:
-        stack.stop()
+        stacks.stop(stack)
     per_prompt = args.prompt_tokens / (args.samples * args.new_tokens)
     rows = [
         Row(
