@@ -40,10 +40,10 @@ class WorkerSettings:
     memory_bytes: int | None = None  # its memory (None: the device's); decides sharding
 
     def __post_init__(self) -> None:
-        for field in ("capacity", "max_loaded_adapters", "sampler_adapters", "pass_tokens",
-                      "pass_samples"):  # fmt: skip
-            if getattr(self, field) < 1:
-                raise ValueError(f"{_VARIABLES[field]} must be at least 1, not {getattr(self, field)}")  # fmt: skip
+        for field in _AT_LEAST_ONE:
+            value = getattr(self, field)
+            if value < 1:
+                raise ValueError(f"{_VARIABLES[field]} must be at least 1, not {value}")
         if not self.name:
             raise ValueError(f"{_VARIABLES['name']} must not be empty")
 
@@ -99,6 +99,14 @@ _VARIABLES = {
     "address": f"{PREFIX}ADDRESS",
     "memory_bytes": f"{PREFIX}MEMORY",
 }
+_AT_LEAST_ONE = (
+    "capacity",
+    "max_loaded_adapters",
+    "sampler_adapters",
+    "pass_tokens",
+    "pass_samples",
+)
+_WHOLE_NUMBERS = (*_AT_LEAST_ONE, "release_slack_mb")
 
 
 def listed(text: str) -> tuple[str, ...]:
@@ -113,8 +121,7 @@ def _parse(field: str, text: str) -> object:
         return Path(text)
     if field == "memory_bytes":
         return parse_memory(text)
-    if field in ("capacity", "max_loaded_adapters", "sampler_adapters", "release_slack_mb",
-                 "pass_tokens", "pass_samples"):  # fmt: skip
+    if field in _WHOLE_NUMBERS:
         try:
             return int(text)
         except ValueError:
