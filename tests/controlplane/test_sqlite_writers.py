@@ -42,7 +42,7 @@ for i in range(n):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SELECT value FROM counter WHERE id = 1")
         (value,) = cursor.fetchone()
-        time.sleep(0.002)  # another process would write meanwhile, were the lock not held
+        time.sleep(0.005)  # another process would write meanwhile, were the lock not held
         cursor.execute("UPDATE counter SET value = %s WHERE id = 1", [value + 1])
         cursor.execute("INSERT INTO events (writer, seq) VALUES (%s, %s)", [me, i])
     with connection.cursor() as cursor:  # and a write outside any transaction
