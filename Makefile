@@ -6,7 +6,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: setup tinker-venv sagemaker-venv serve demo test test-fast fuzz openapi lint format check lock bench bench-overhead bench-wire bench-failover bench-load bench-soak clean
+.PHONY: setup tinker-venv sagemaker-venv serve demo test test-fast fuzz openapi lint format check lock bench bench-quick smoke bench-overhead bench-wire bench-failover bench-load bench-soak clean
 
 # A second client environment: the current official tinker SDK (the protobuf protocol) and its
 # cookbook, driven by the end-to-end tests in processes of their own (.venv has tinker 0.24.1).
@@ -88,6 +88,12 @@ check: lint
 
 bench: setup ## engine benchmarks: ours against plain PEFT / generate, as ratios
 	$(BIN)/python -m bench.engine_bench
+
+bench-quick: setup ## every benchmark's quick preset (CI): fails only if one breaks; ratios printed, never judged
+	$(BIN)/python -m bench.quick
+
+smoke: setup ## manage.py serve on the embedded default (SQLite, filesystem broker): a short training loop through the SDK
+	$(BIN)/python -m tests.e2e.serve_smoke
 
 .PHONY: bench-batching
 bench-batching: setup ## 1-16 sessions in one engine call vs one alone (sampling, training), and vs HF generate

@@ -31,9 +31,7 @@ from workers.engine.catalog import TINY_MODEL, default_catalog
 from workers.engine.host import HostConfig, ModelHost
 from workers.engine.sampler import SampleJob
 
-from .report import RANK, Row, format_table
-
-COUNTS = (1, 2, 4, 8, 16)
+from .report import RANK, Row, format_table, parse_with_quick
 
 
 def median_seconds(fn: Callable[[], object], reps: int) -> float:
@@ -95,7 +93,7 @@ def bench_sampling(a, host: ModelHost, ids: list[str]) -> tuple[list[Row], float
     jobs = sample_jobs(a, host.vocab_size, len(ids))
     per_session = a.samples * a.new_tokens
     rows, alone = [], 0.0
-    for n in COUNTS:
+    for n in a.counts:
         requests = [(ids[i], [jobs[i]]) for i in range(n)]
         t = median_seconds(lambda r=requests: host.sample_many(r), a.reps)
         rate = n * per_session / t
@@ -119,7 +117,7 @@ def bench_training(a, host: ModelHost, ids: list[str]) -> list[Row]:
     adam = AdamParams(learning_rate=1e-4)
     per_session = a.train_batch * a.train_tokens
     rows, alone = [], 0.0
-    for n in COUNTS:
+    for n in a.counts:
 
         def step(n: int = n) -> None:
             host.forward_backward_many([(ids[i], inputs[i]) for i in range(n)])
@@ -202,6 +200,10 @@ def bench_vs_generate(a, host: ModelHost, ids: list[str], n: int = 8) -> Row:
     )
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in text.split(","))
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.batching_bench", description=__doc__)
     p.add_argument("--reps", type=int, default=3)
@@ -211,7 +213,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-batch", type=int, default=4, help="datums per session's step")
     p.add_argument("--train-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
+    p.add_argument(
+        "--sessions", dest="counts", type=_counts, default=(1, 2, 4, 8, 16), help="e.g. 1,2,4"
+    )
+    quick = {
+        "counts": (1, 2),
+        "reps": 1,
+        "samples": 2,
+        "new_tokens": 4,
+        "train_batch": 2,
+        "train_tokens": 16,
+    }
+    a = parse_with_quick(p, argv, quick)
     if a.threads:
         torch.set_num_threads(a.threads)
     print(
@@ -225,9 +238,10 @@ def main(argv: list[str] | None = None) -> None:
     catalog.materialize(TINY_MODEL)
     with tempfile.TemporaryDirectory() as spill:
         host = ModelHost(TINY_MODEL, HostConfig(spill_dir=Path(spill)), catalog)
-        ids = make_sessions(host, max(COUNTS))
+        ids = make_sessions(host, max(a.counts))
         sampling, _ = bench_sampling(a, host, ids)
-        rows = [*sampling, *bench_training(a, host, ids), bench_vs_generate(a, host, ids)]
+        together = min(8, max(a.counts))  # the sessions measured against generate
+        rows = [*sampling, *bench_training(a, host, ids), bench_vs_generate(a, host, ids, together)]
     print(format_table(rows))
 
 

@@ -29,7 +29,7 @@ from workers.engine.catalog import TINY_MODEL, default_catalog
 from workers.engine.distributed import DataParallel, RankGroup, shard_base
 from workers.engine.host import HostConfig, ModelHost
 
-from .report import RANK
+from .report import RANK, parse_with_quick
 
 
 def batch(datums: int, tokens: int, vocab: int, seed: int = 0) -> ForwardBackwardInput:
@@ -96,7 +96,7 @@ def measure(world: int, args: argparse.Namespace, out: Path) -> dict:
     return json.loads((out / f"result-{world}.json").read_text())
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=TINY_MODEL, help="a catalog name (default: tiny)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -109,7 +109,8 @@ def main() -> None:
         "--sharded", action="store_true", help="shard the base over the ranks (FSDP2)"
     )
     parser.add_argument("--json", type=Path, help="also write the rows here")
-    args = parser.parse_args()
+    quick = {"ranks": "1,2", "datums": 4, "tokens": 32, "reps": 1}
+    args = parse_with_quick(parser, argv, quick)
     sizes = [int(n) for n in args.ranks.split(",")]
     if args.device == "cuda" and max(sizes) > torch.cuda.device_count():
         parser.error(f"{max(sizes)} ranks need {max(sizes)} GPUs; {torch.cuda.device_count()} seen")

@@ -37,7 +37,6 @@ from .report import RANK, Row, Settings, format_table
 
 MODEL_ALIASES = {"tiny": TINY_MODEL, "default": DEFAULT_MODEL}
 ADAPTER = "bench"
-MIN_SECONDS = 2.0  # timed work per side that short calls are repeated up to
 MAX_REPS = 50
 
 
@@ -48,7 +47,11 @@ def sync(device: torch.device) -> None:
 
 
 def time_pair(
-    ours: Callable[[], object], ref: Callable[[], object], reps: int, device: torch.device
+    ours: Callable[[], object],
+    ref: Callable[[], object],
+    reps: int,
+    device: torch.device,
+    min_seconds: float = 2.0,
 ) -> tuple[float, float, int]:
     """Median seconds per call of each side, and the repetitions taken.
 
@@ -62,7 +65,7 @@ def time_pair(
         fn()
         sync(device)
         warm.append(time.perf_counter() - start)
-    reps = max(reps, min(MAX_REPS, int(MIN_SECONDS / max(max(warm), 1e-6))))
+    reps = max(reps, min(MAX_REPS, int(min_seconds / max(max(warm), 1e-6))))
     times: tuple[list[float], list[float]] = ([], [])
     for _ in range(reps):
         for fn, out in zip((ours, ref), times, strict=True):
@@ -152,7 +155,7 @@ def bench_train(s: Settings, host: ModelHost, ref: peft.PeftModel) -> Row:
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    t_ours, t_ref, reps = time_pair(ours, reference, s.reps, host.device)
+    t_ours, t_ref, reps = time_pair(ours, reference, s.reps, host.device, s.min_seconds)
     tokens = s.train_batch * s.train_tokens
     return Row(
         "forward_backward + optim_step (tokens/s)",
@@ -223,7 +226,7 @@ def bench_sample(s: Settings, host: ModelHost, ref: peft.PeftModel) -> Row:
         counts["ref"] = out[:, longest:].numel()
 
     torch.manual_seed(s.seed)
-    t_ours, t_ref, reps = time_pair(ours, reference, s.reps, host.device)
+    t_ours, t_ref, reps = time_pair(ours, reference, s.reps, host.device, s.min_seconds)
     expected = s.prompts * s.samples * s.new_tokens
     if counts != {"ours": expected, "ref": expected}:
         raise RuntimeError(f"expected {expected} generated tokens per side, got {counts}")
@@ -279,8 +282,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namesp
     p.add_argument("--model", default="tiny", help="tiny, default, or a catalog name")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: by device")
-    p.add_argument("--quick", action="store_true", help="fewer repetitions and adapters")
-    p.add_argument("--reps", type=int, help="timed repetitions per side (default 5, quick 3)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI's preset: 1 repetition of small batches, 1 and 2 adapters; ratios are noise",
+    )
+    p.add_argument("--reps", type=int, help="timed repetitions per side (default 5, quick 1)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the rows and environment here")
@@ -289,11 +296,20 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, argparse.Namesp
         model=MODEL_ALIASES.get(a.model, a.model),
         device=a.device,
         dtype=a.dtype or ("float32" if a.device == "cpu" else "bfloat16"),
-        reps=a.reps or (3 if a.quick else 5),
+        reps=a.reps or (1 if a.quick else 5),
         seed=a.seed,
     )
     if a.quick:
-        s = replace(s, adapter_counts=(1, 8))
+        s = replace(
+            s,
+            adapter_counts=(1, 2),
+            min_seconds=0.0,
+            train_batch=2,
+            train_tokens=32,
+            prompts=2,
+            samples=2,
+            new_tokens=8,
+        )
     return s, a
 
 

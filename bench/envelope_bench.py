@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from controlplane.kms.envelope import open_bytes, open_file, seal_bytes, seal_file
 from controlplane.kms.keyring import LocalKeyProvider, MasterKey, new_local_key
 
-from .report import MIB, Row, format_table
+from .report import MIB, Row, format_table, parse_with_quick
 
 CONTEXT = {"tenant": "bench", "resource": "arn:loopwright:checkpoint::bench:ckpt/1"}
 TARGET = 0.90  # the envelope may cost at most a tenth of the raw cipher's throughput
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mib", type=int, default=64, help="blob size in MiB")
     p.add_argument("--chunk-size", type=int, default=1 << 20, help="LWENC1 chunk size in bytes")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per side")
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"mib": 1, "chunk_size": 1 << 16, "reps": 1})
     load = os.getloadavg()[0]
     print(f"blob={args.mib} MiB chunk_size={args.chunk_size} reps={args.reps} load={load:.1f}")
     print(format_table(run(args.mib, args.chunk_size, args.reps)))

@@ -30,6 +30,8 @@ from loopwright.types import AdamParams, Datum, ModelInput
 from tests.e2e.chaos import database, holder, wait_registered
 from tests.e2e.stack import TINY, Stack
 
+from .report import parse_with_quick
+
 WORKERS = ("on", "off")
 
 
@@ -91,8 +93,9 @@ def recovery(stack: Stack, svc: ServiceClient, kills: int) -> list[float]:
             pause = next(t for t in loop.done[before:] if t > killed_at) - killed_at
             pauses.append(pause)
             print(f"  kill {i + 1:2d}: worker {name:>3}, {pause:5.1f} s to the next completion")
-            stack.start_worker(name)
-            wait_registered(stack, name)
+            if i + 1 < kills:  # two workers again for the next kill
+                stack.start_worker(name)
+                wait_registered(stack, name)
     finally:
         loop.stop.set()
         loop.thread.join(60)
@@ -124,8 +127,8 @@ def throughput(stack: Stack, svc: ServiceClient, steps: int, block: int = 5) -> 
     return done["on"] / seconds["on"], done["off"] / seconds["off"]
 
 
-def started(workers: dict[str, list[str]]) -> Stack:
-    stack = Stack("postgres-redis", Path(tempfile.mkdtemp(prefix="lw-failover-")), workers)
+def started(workers: dict[str, list[str]], env: dict[str, str]) -> Stack:
+    stack = Stack("postgres-redis", Path(tempfile.mkdtemp(prefix="lw-failover-")), workers, env=env)
     stack.start()
     for name in workers:
         wait_registered(stack, name)
@@ -138,34 +141,60 @@ def client(stack: Stack) -> ServiceClient:
     )
 
 
+def print_recovery(pauses: list[float]) -> None:
+    p50 = statistics.median(pauses)
+    print(f"{'p50':>10} {p50:6.1f} s\n{'max':>10} {max(pauses):6.1f} s   target < 30 s")
+
+
+def print_throughput(on: float, off_rate: float) -> None:
+    print(f"{'snapshots':>10} {'steps/s':>8}")
+    print(f"{'on':>10} {on:8.2f}\n{'off':>10} {off_rate:8.2f}")
+    print(f"{'ratio':>10} {on / off_rate:8.3f}   target >= 0.95")
+
+
+OFF = ["--snapshot-every-steps", "0", "--snapshot-every-seconds", "0"]
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per side")
     p.add_argument("--skip", choices=["recovery", "throughput"], help="run only the other part")
-    args = p.parse_args(argv)
+    p.add_argument("--lease", type=float, help="the workers' lease in seconds (default: 10)")
+    args = parse_with_quick(p, argv, {"kills": 1, "steps": 5, "lease": 5.0})
+    env = {"LOOPWRIGHT_WORKER_LEASE_SECONDS": str(args.lease)} if args.lease else {}
+    lease = f"{args.lease:g} s" if args.lease else "default (10 s)"
+    if args.quick:
+        # one stack for both parts; throughput first, so that each worker holds one model
+        print(f"\nquick: {args.steps} steps a side, then {args.kills} kill(s), lease {lease}")
+        stack = started({"on": [], "off": OFF}, env)
+        try:
+            with client(stack) as svc:
+                on, off_rate = throughput(stack, svc, args.steps)
+                pauses = recovery(stack, svc, args.kills)
+        finally:
+            stack.stop()
+        print_throughput(on, off_rate)
+        print_recovery(pauses)
+        return
     if args.skip != "recovery":
-        print(f"\nrecovery: {args.kills} kills, default lease (10 s) and snapshots (20 steps)")
-        stack = started({"a": [], "b": []})
+        print(f"\nrecovery: {args.kills} kills, lease {lease}, snapshots every 20 steps")
+        stack = started({"a": [], "b": []}, env)
         try:
             with client(stack) as svc:
                 pauses = recovery(stack, svc, args.kills)
         finally:
             stack.stop()
-        p50 = statistics.median(pauses)
-        print(f"{'p50':>10} {p50:6.1f} s\n{'max':>10} {max(pauses):6.1f} s   target < 30 s")
+        print_recovery(pauses)
     if args.skip != "throughput":
         print(f"\nthroughput: {args.steps} steps a side, tiny model, 4 × 64 tokens a step")
-        off = ["--snapshot-every-steps", "0", "--snapshot-every-seconds", "0"]
-        stack = started({"on": [], "off": off})
+        stack = started({"on": [], "off": OFF}, env)
         try:
             with client(stack) as svc:
                 on, off_rate = throughput(stack, svc, args.steps)
         finally:
             stack.stop()
-        print(f"{'snapshots':>10} {'steps/s':>8}")
-        print(f"{'on':>10} {on:8.2f}\n{'off':>10} {off_rate:8.2f}")
-        print(f"{'ratio':>10} {on / off_rate:8.3f}   target >= 0.95")
+        print_throughput(on, off_rate)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ from loopwright import ServiceClient
 from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 from tests.e2e.stack import TINY, Stack
 
+from . import stacks
 from .overhead_bench import percentile
+from .report import parse_with_quick
 
 
 @dataclass
@@ -153,19 +155,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--url")
     p.add_argument("--api-key", default=os.environ.get("LOOPWRIGHT_API_KEY"))
     p.add_argument("--role-arn", default=os.environ.get("LOOPWRIGHT_ROLE_ARN"))
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"sessions": 2, "steps": 2, "workers": 1})
     stack = None
     if args.url:
         target = Target(args.url, args.api_key, args.role_arn)
     else:
-        stack = own_stack(args.workers).start()
+        stack = stacks.start(own_stack(args.workers))
         target = Target(stack.url, stack.keys["alice"], stack.roles["alice"])
     try:
         tally, seconds = drive(target, args.sessions, args.steps)
     finally:
         if stack is not None:
-            stack.stop()
-    where = args.url or f"its own stack, {args.workers} CPU workers (tiny model)"
+            stacks.stop(stack)
+    where = args.url or f"a local stack, {args.workers} CPU worker(s) (tiny model)"
     print(
         f"\nload: {args.sessions} sessions × {args.steps} steps at once on {where}: {seconds:.1f} s"
     )

@@ -37,7 +37,10 @@ def probe(name: str, device: str, dtype: str, kind: str, adapters: int) -> dict[
         else:
             # Room for every adapter: none is spilled to disk.
             cfg = HostConfig(
-                device, dtype, max_loaded_adapters=max(adapters, 1), spill_dir=Path(spill)
+                device=device,
+                dtype=dtype,
+                max_loaded_adapters=max(adapters, 1),
+                spill_dir=Path(spill),
             )
             host = ModelHost(name, cfg)
             for i in range(adapters):

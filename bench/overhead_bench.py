@@ -22,6 +22,9 @@ from tests.e2e.stack import TINY, Stack
 from workers.engine.adapters import AdapterConfig
 from workers.engine.host import ModelHost
 
+from . import stacks
+from .report import parse_with_quick
+
 TOKENS = [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]
 
 
@@ -54,7 +57,7 @@ def measure(backend: str, n: int, block: int = 10) -> tuple[list[float], list[fl
     host = ModelHost(TINY)
     host.create_adapter("bench", AdapterConfig(rank=8, seed=0))
     fwd = ForwardBackwardInput(data=[datum()], loss_fn="cross_entropy")
-    stack = Stack(backend, Path(tempfile.mkdtemp(prefix="lw-bench-"))).start()
+    stack = stacks.start(Stack(backend, Path(tempfile.mkdtemp(prefix="lw-bench-"))))
     try:
         with ServiceClient(
             base_url=stack.url, api_key=stack.keys["alice"], role_arn=stack.roles["alice"]
@@ -77,14 +80,14 @@ def measure(backend: str, n: int, block: int = 10) -> tuple[list[float], list[fl
                 ours += time_calls(remote, size, warmup=1)
             return reference, ours
     finally:
-        stack.stop()
+        stacks.stop(stack)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="postgres-redis", choices=["postgres-redis", "embedded"])
     p.add_argument("--n", type=int, default=100)
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"n": 5})
     local, remote = measure(args.backend, args.n)
     print(
         f"\nforward_backward, 1 datum × {len(TOKENS) - 1} tokens, tiny model, {args.n} calls "

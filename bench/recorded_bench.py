@@ -20,7 +20,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.report import Row, format_table
+from bench import stacks
+from bench.report import Row, format_table, parse_with_quick
 from loopwright import ServiceClient
 from loopwright.types import SamplingParams
 from tests.e2e.chaos import database
@@ -78,9 +79,8 @@ def stored(stack: Stack) -> tuple[int, int]:
     return int(held), int(as_json)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the tiny model, 5 repetitions")
     parser.add_argument("--model", default="tiny", help="tiny, default (SmolLM2-135M) or a name")
     parser.add_argument(
         "--backend", default="postgres-redis", choices=("postgres-redis", "embedded")
@@ -91,17 +91,18 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--verbose", action="store_true", help="print every wave")
-    args = parser.parse_args()
-    if args.quick:
-        args.model, args.reps = "tiny", 5
+    quick = {"model": "tiny", "reps": 1, "prompts": 2, "samples": 2, "new_tokens": 8}
+    args = parse_with_quick(parser, argv, quick)
     base_model = MODELS.get(args.model, args.model)
     workers = {"bench": [] if base_model == TINY else ["--base-model", base_model]}
-    stack = Stack(
-        args.backend,
-        Path(tempfile.mkdtemp(prefix="lw-bench-")),
-        workers=workers,
-        ready_model=base_model,
-    ).start()
+    stack = stacks.start(
+        Stack(
+            args.backend,
+            Path(tempfile.mkdtemp(prefix="lw-bench-")),
+            workers=workers,
+            ready_model=base_model,
+        )
+    )
     try:
         with ServiceClient(
             base_url=stack.url, api_key=stack.keys["alice"], role_arn=stack.roles["alice"]
@@ -109,7 +110,7 @@ def main() -> None:
             recorded, plain, tokens = measure(svc, base_model, args)
             held, as_json = stored(stack)  # before the session ends (its recordings go with it)
     finally:
-        stack.stop()
+        stacks.stop(stack)
     per_prompt = args.prompt_tokens / (args.samples * args.new_tokens)
     rows = [
         Row(

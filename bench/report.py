@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
 
 RANK = 8  # LoRA rank of every adapter in the benchmark
@@ -23,6 +24,7 @@ class Settings:
     samples: int = 4  # per prompt
     new_tokens: int = 64
     adapter_counts: tuple[int, ...] = (1, 8, 32)
+    min_seconds: float = 2.0  # timed work per side that short calls are repeated up to
 
 
 @dataclass
@@ -76,3 +78,18 @@ def format_table(rows: list[Row]) -> str:
     lines = [fmt(head), "  ".join("-" * w for w in widths), *map(fmt, body)]
     lines += ["", *(f"{r.metric}: {r.note}" for r in rows if r.note)]
     return "\n".join(lines)
+
+
+def parse_with_quick(
+    parser: argparse.ArgumentParser, argv: list[str] | None, quick: dict[str, object]
+) -> argparse.Namespace:
+    """Parse with a ``--quick`` flag: the smallest sizes that still run every part in seconds
+    (CI's preset, ``make bench-quick``; its ratios say nothing). Flags given explicitly win."""
+    parser.add_argument(
+        "--quick", action="store_true", help="CI's preset: tiny sizes, seconds; ratios are noise"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        parser.set_defaults(**quick)
+        args = parser.parse_args(argv)
+    return args

@@ -29,8 +29,10 @@ from loopwright import ServiceClient
 from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
 from tests.e2e.stack import TINY, Stack, free_port
 
+from . import stacks
 from .load_bench import Tally
 from .overhead_bench import percentile
+from .report import parse_with_quick
 
 TARGET_OPS = 200.0  # operations/s at 8 sessions
 TARGET_P99_MS = 250.0  # forward_backward p99 at 8 sessions
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample-tokens", type=int, default=16)
     p.add_argument("--pass-tokens", type=int, default=16384)
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every process of the stack")
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"sessions": "1,2", "steps": 3, "samples": 2})
     w = Workload(args.steps, args.datums, args.tokens, args.samples, args.sample_tokens)
     counts = [int(n) for n in args.sessions.split(",")]
     port = free_port()
@@ -153,10 +155,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     if args.threads:
         env["OMP_NUM_THREADS"] = str(args.threads)
-    stack = Stack(
-        "postgres-redis", Path(tempfile.mkdtemp(prefix="lw-sched-")), {"sched0": []}, env=env
-    ).start()
-    metrics_url = f"http://127.0.0.1:{port}/metrics"
+    stack = stacks.start(
+        Stack("postgres-redis", Path(tempfile.mkdtemp(prefix="lw-sched-")), {"sched0": []}, env=env)
+    )
+    metrics_url = f"http://127.0.0.1:{stack.env['LOOPWRIGHT_WORKER_METRICS_PORT']}/metrics"
     rows = []
     try:
         training(stack, 1, Workload(3, w.datums, w.tokens, 1, w.sample_tokens))  # warm up
@@ -181,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("sample", count, len(ms) / seconds, ms, _delta(after, before, "sample"), errors)
             )
     finally:
-        stack.stop()
+        stacks.stop(stack)
     print(
         f"\n1 worker (tiny model, cpu, threads {args.threads or 'default'}), pass budget "
         f"{args.pass_tokens} tokens; training: "

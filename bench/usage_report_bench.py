@@ -29,7 +29,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from bench.report import Row, format_table  # noqa: E402
+from bench.report import Row, format_table, parse_with_quick  # noqa: E402
 from controlplane.metering import reports  # noqa: E402
 from controlplane.metering.rollup import daily_rebuild  # noqa: E402
 from controlplane.metering.services import price_set  # noqa: E402
@@ -56,7 +56,9 @@ def fill(tenant: Tenant, rows: int, seed: int = 0) -> float:
     began = time.perf_counter()
     with connection.cursor() as cursor:
         raw = cursor.cursor
-        columns = "tenant_id, session_id, operation_id, base_model, meter, quantity, occurred_at"
+        columns = (
+            "tenant_id, session_id, operation_id, api_key, base_model, meter, quantity, occurred_at"
+        )
         with raw.copy(f"COPY metering_usagerecord ({columns}) FROM STDIN") as copy:
             for i in range(rows):
                 meter = METERS[i % len(METERS)]
@@ -65,6 +67,7 @@ def fill(tenant: Tenant, rows: int, seed: int = 0) -> float:
                         tenant.id,
                         f"sess-{rng.randrange(200):04d}",
                         f"req-{i // len(METERS):012d}",
+                        "",  # no key: as the model's default, which COPY does not apply
                         BASE_MODELS[rng.randrange(len(BASE_MODELS))],
                         meter,
                         rng.randrange(1, 4096),
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--reps", type=int, default=7)
-    args = p.parse_args(argv)
+    args = parse_with_quick(p, argv, {"rows": 2000, "reps": 1})
     if connection.vendor != "postgresql":
         raise SystemExit("set DATABASE_URL to a PostgreSQL server")
     creation = connection.creation

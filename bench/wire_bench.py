@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -17,6 +19,8 @@ import numpy as np
 
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import Datum, ForwardBackwardInput, ForwardBackwardRequest, ModelInput
+
+from .report import parse_with_quick
 
 ANCHOR = "a public Tinker-compatible server measured 41 MB of JSON against 5.5 MB compressed"
 
@@ -55,8 +59,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--datums", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args(argv)
+    args = parse_with_quick(parser, argv, {"datums": 4, "tokens": 128, "reps": 1})
 
+    # the decoder reads the control plane's settings; a throwaway secret where none is set
+    # (it signs nothing here), as for any process pointed at a DATABASE_URL
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(48))
+    os.environ.setdefault("LOOPWRIGHT_KMS_MASTER_KEY", secrets.token_urlsafe(48))
     from controlplane.api.protobuf_bodies import decode_forward_backward, decompressed
 
     fb = batch(args.datums, args.tokens)

@@ -8,6 +8,8 @@ whole service runs without a database or broker server. Set ``DATABASE_URL``
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import environ
@@ -117,6 +119,12 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
+    )
+    # Tests get a file too (one per process), not Django's in-memory shared cache: there one
+    # thread's write makes another's query fail at once with "database table is locked",
+    # whatever the timeout (the worker's heartbeat thread writes while a test reads).
+    DATABASES["default"].setdefault("TEST", {}).setdefault(
+        "NAME", str(Path(tempfile.gettempdir()) / f"loopwright-test-{os.getpid()}.sqlite3")
     )
 elif DATABASES["default"]["ENGINE"].endswith("postgresql") and env.bool(
     "DATABASE_SERVER_SIDE_BINDING", default=True

@@ -1,9 +1,15 @@
-"""Run one operation's request on an engine host and return its JSON result.
+"""Operations' wire JSON into engine calls on a host, and their outcomes back.
 
-Pure translation between wire JSON and engine calls: no Django, no Celery. Engine errors that
-mean bad input are ``user`` errors; anything else is a ``server`` error. Checkpoints pass through
-a ``Vault``: sealed in scratch and uploaded with a manifest; fetched, verified and opened into
-scratch on the way back.
+A pass of the worker (``passes.py``) hands over what it claimed: ``run_packed`` runs several
+sessions' operations of one packed kind (``PACKED_CALLS``: forward, forward_backward,
+optim_step) in one engine call, ``run_samples`` every claimed sample request of any adapters in
+one ``sample_many`` call, and ``run_training`` one operation of any training kind alone (create,
+save, load, unload; recovery replays a model's steps through it). Each item gets the ``Outcome``
+it would have had alone: a bad request fails by itself, and a failure of a shared sampling,
+forward or forward_backward call runs its requests again one by one. Engine errors that mean bad input are
+``user`` errors; anything else is a ``server`` error; ``NotNow`` puts an operation back.
+Checkpoints pass through a ``Vault``: sealed in scratch and uploaded with a manifest; fetched,
+verified and opened into scratch on the way back. No Django, no Celery.
 """
 
 from __future__ import annotations

@@ -7,21 +7,24 @@ One process per accelerator: a Celery worker with the solo pool on its own queue
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+from collections.abc import Mapping
+
+from .base_fit import parse_memory
+from .settings import WorkerSettings
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None, environ: Mapping[str, str]) -> tuple[WorkerSettings, str]:
+    """The worker's settings: its ``LOOPWRIGHT_WORKER_*`` variables (``WorkerSettings``), with
+    the flags given over them; and the log level."""
+    base = WorkerSettings.from_env(environ)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--name", default=os.environ.get("LOOPWRIGHT_WORKER_NAME", "worker0"))
-    p.add_argument(
-        "--base-model",
-        default=os.environ.get("LOOPWRIGHT_WORKER_BASE_MODEL", "loopwright/tiny-byte-llama"),
-    )
-    p.add_argument("--device", default=os.environ.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"))
-    p.add_argument("--dtype", default=os.environ.get("LOOPWRIGHT_WORKER_DTYPE", ""))
-    p.add_argument(
-        "--capacity", type=int, default=int(os.environ.get("LOOPWRIGHT_WORKER_CAPACITY", "16"))
-    )
+    p.add_argument("--name", default=base.name, help="its queue is gpu.<name> (default: the host name)")  # fmt: skip
+    p.add_argument("--base-model", default=base.base_model)
+    p.add_argument("--device", default=base.device)
+    p.add_argument("--dtype", default=base.dtype, help="default: float32 on cpu, bfloat16 else")
+    p.add_argument("--capacity", type=int, default=base.capacity)
     p.add_argument(
         "--subnet",
         action="append",
@@ -38,13 +41,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument(
         "--address",
-        default=os.environ.get("LOOPWRIGHT_WORKER_ADDRESS", ""),
+        default=base.address,
         help="the host name or IP the other ranks of a replica group reach this worker at "
         "(default: $LOOPWRIGHT_WORKER_ADDRESS, else the host name)",
     )
     p.add_argument(
         "--memory",
-        default=os.environ.get("LOOPWRIGHT_WORKER_MEMORY", ""),
         help="the memory this worker may use, e.g. 80GiB (default: $LOOPWRIGHT_WORKER_MEMORY, "
         "else the accelerator's; a cpu worker without it holds its base whole); a base that "
         "does not fit it whole is sharded over a group of such workers",
@@ -63,42 +65,53 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--loglevel", default="INFO")
     args = p.parse_args(argv)
-    if args.snapshot_every_steps is not None:
-        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_STEPS"] = str(args.snapshot_every_steps)
-    if args.snapshot_every_seconds is not None:
-        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS"] = str(args.snapshot_every_seconds)
-    os.environ.update(
-        LOOPWRIGHT_WORKER_NAME=args.name,
-        LOOPWRIGHT_WORKER_BASE_MODEL=args.base_model,
-        LOOPWRIGHT_WORKER_DEVICE=args.device,
-        LOOPWRIGHT_WORKER_DTYPE=args.dtype,
-        LOOPWRIGHT_WORKER_CAPACITY=str(args.capacity),
-        LOOPWRIGHT_WORKER_ADDRESS=args.address,
-        LOOPWRIGHT_WORKER_MEMORY=args.memory,
-        LOOPWRIGHT_WORKER_SUBNETS=",".join(
-            args.subnets if args.subnets is not None else _listed("LOOPWRIGHT_WORKER_SUBNETS")
-        ),
-        LOOPWRIGHT_WORKER_SECURITY_GROUPS=",".join(
-            args.security_groups
-            if args.security_groups is not None
-            else _listed("LOOPWRIGHT_WORKER_SECURITY_GROUPS")
-        ),
-    )
+    try:
+        settings = dataclasses.replace(
+            base,
+            name=args.name,
+            base_model=args.base_model,
+            device=args.device,
+            dtype=args.dtype or None,
+            capacity=args.capacity,
+            subnet_ids=base.subnet_ids if args.subnets is None else tuple(args.subnets),
+            security_group_ids=(
+                base.security_group_ids
+                if args.security_groups is None
+                else tuple(args.security_groups)
+            ),
+            address=args.address or base.address,
+            memory_bytes=base.memory_bytes if args.memory is None else parse_memory(args.memory),
+            snapshot_every_steps=args.snapshot_every_steps,
+            snapshot_every_seconds=args.snapshot_every_seconds,
+        )
+    except ValueError as exc:
+        p.error(str(exc))
+    return settings, args.loglevel
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings, loglevel = parse(argv, os.environ)
+    # the Celery process reads its settings back from the environment (WorkerSettings.from_env)
+    os.environ.update(settings.to_env())
+    if settings.snapshot_every_steps is not None:
+        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_STEPS"] = str(settings.snapshot_every_steps)
+    if settings.snapshot_every_seconds is not None:
+        os.environ["LOOPWRIGHT_SNAPSHOT_EVERY_SECONDS"] = str(settings.snapshot_every_seconds)
     from .celery_app import app, current_runtime
 
     port = os.environ.get("LOOPWRIGHT_WORKER_METRICS_PORT")
     if port:  # before the base model loads: a slow start is alive, not ready
-        from django.conf import settings
+        from django.conf import settings as django_settings
 
         from .telemetry import serve
 
-        stale = max(60.0, 6 * settings.WORKER_LEASE_SECONDS)
+        stale = max(60.0, 6 * django_settings.WORKER_LEASE_SECONDS)
         serve(int(port), current_runtime, stale_after=stale)
     app.worker_main(
         [
             "worker",
             "--queues",
-            f"gpu.{args.name}",
+            settings.queue,
             "--pool",
             "solo",
             "--concurrency",
@@ -106,19 +119,14 @@ def main(argv: list[str] | None = None) -> None:
             "--prefetch-multiplier",
             "1",
             "--hostname",
-            f"{args.name}@%h",
+            f"{settings.name}@%h",
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
             "--loglevel",
-            args.loglevel,
+            loglevel,
         ]
     )
-
-
-def _listed(variable: str) -> list[str]:
-    """A comma-separated environment variable as a list."""
-    return [item.strip() for item in os.environ.get(variable, "").split(",") if item.strip()]
 
 
 if __name__ == "__main__":

@@ -15,12 +15,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import os
-import socket
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from django.conf import settings as django_settings
@@ -29,7 +25,7 @@ from django.db import DatabaseError, close_old_connections
 from controlplane import dispatch
 from controlplane import worker_port as port
 
-from .base_fit import device_memory, fit_of, host_memory_refusal, parse_memory, refused
+from .base_fit import device_memory, fit_of, host_memory_refusal, refused
 from .cpu_threads import cpu_threads, threads_for
 from .engine.catalog import default_catalog
 from .engine.distributed.placement import Fit
@@ -41,6 +37,7 @@ from .recovery import ReplayDiverged, restore_model
 from .replicated_host import GroupNotReady, ReplicatedHost
 from .scheduling import Scheduler
 from .sealing import Vault
+from .settings import WorkerSettings
 from .snapshots import Snapshots
 from .telemetry import operation_recorded
 from .wake import WakeListener
@@ -50,66 +47,6 @@ log = logging.getLogger("loopwright.worker")
 RESTORE_ATTEMPTS = 3  # a restore that fails for a passing reason (storage away) is tried again
 # kinds that run without the model's state on the host
 STATELESS_KINDS = frozenset({"create_model", "unload_model"})
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    name: str
-    base_model: str
-    device: str = "cpu"
-    dtype: str | None = None
-    capacity: int = 16
-    max_loaded_adapters: int = 16
-    release_slack_mb: int = 256  # growth after which freed heap goes back to the OS
-    scratch_dir: Path | None = None  # plaintext checkpoints in flight; system temp if None
-    subnet_ids: tuple[str, ...] = ()  # the VPC subnets it reaches; none: the open network
-    security_group_ids: tuple[str, ...] = ()
-    snapshot_every_steps: int | None = None  # None: the control plane's settings
-    snapshot_every_seconds: float | None = None
-    pass_tokens: int = 16384  # most tokens of many sessions' operations in one engine call
-    pass_samples: int = 64  # most samples claimed by one pass (round-robin across tenants)
-    address: str = ""  # where the other ranks of a replica group it leads reach it
-    memory_bytes: int | None = None  # its memory (None: the device's); decides sharding
-
-    def __post_init__(self) -> None:
-        for field, env in (
-            ("pass_tokens", "LOOPWRIGHT_WORKER_PASS_TOKENS"),
-            ("pass_samples", "LOOPWRIGHT_WORKER_PASS_SAMPLES"),
-        ):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{env} must be at least 1, not {getattr(self, field)}")
-
-    @property
-    def queue(self) -> str:
-        return f"gpu.{self.name}"
-
-    @classmethod
-    def from_env(cls) -> WorkerSettings:
-        env = os.environ
-        return cls(
-            name=env.get("LOOPWRIGHT_WORKER_NAME", socket.gethostname()),
-            base_model=env.get("LOOPWRIGHT_WORKER_BASE_MODEL", "loopwright/tiny-byte-llama"),
-            device=env.get("LOOPWRIGHT_WORKER_DEVICE", "cpu"),
-            dtype=env.get("LOOPWRIGHT_WORKER_DTYPE") or None,
-            capacity=int(env.get("LOOPWRIGHT_WORKER_CAPACITY", "16")),
-            max_loaded_adapters=int(env.get("LOOPWRIGHT_WORKER_MAX_LOADED", "16")),
-            release_slack_mb=int(env.get("LOOPWRIGHT_WORKER_RELEASE_SLACK_MB", "256")),
-            scratch_dir=Path(env["LOOPWRIGHT_WORKER_SCRATCH_DIR"])
-            if env.get("LOOPWRIGHT_WORKER_SCRATCH_DIR")
-            else None,
-            subnet_ids=_listed(env.get("LOOPWRIGHT_WORKER_SUBNETS", "")),
-            security_group_ids=_listed(env.get("LOOPWRIGHT_WORKER_SECURITY_GROUPS", "")),
-            pass_tokens=int(env.get("LOOPWRIGHT_WORKER_PASS_TOKENS", "16384")),
-            pass_samples=int(env.get("LOOPWRIGHT_WORKER_PASS_SAMPLES", "64")),
-            address=env.get("LOOPWRIGHT_WORKER_ADDRESS") or socket.gethostname(),
-            memory_bytes=parse_memory(env["LOOPWRIGHT_WORKER_MEMORY"])
-            if env.get("LOOPWRIGHT_WORKER_MEMORY")
-            else None,
-        )
-
-
-def _listed(value: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 class WorkerRuntime:
@@ -141,9 +78,7 @@ class WorkerRuntime:
             p.numel() for name, p in self.host.pool.model.named_parameters() if "lora_" not in name
         )
         self._usual_threads = torch.get_num_threads()
-        self.samplers = SamplerAdapters(
-            limit=int(os.environ.get("LOOPWRIGHT_WORKER_SAMPLER_ADAPTERS", "8"))
-        )
+        self.samplers = SamplerAdapters(limit=settings.sampler_adapters)
         self.snapshots = Snapshots(
             self.host,
             self.vault,

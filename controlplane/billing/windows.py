@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -20,17 +19,6 @@ def window_floor(at: datetime, minutes: int) -> datetime:
 def closed_until(now: datetime, minutes: int, grace_minutes: int) -> datetime:
     """Windows that end at or before this time are closed: they ended ``grace`` ago or longer."""
     return window_floor(now - timedelta(minutes=grace_minutes), minutes)
-
-
-def windows_between(
-    start: datetime, end: datetime, minutes: int
-) -> Iterator[tuple[datetime, datetime]]:
-    """The windows that cover [start, end); the first may start late if ``start`` is unaligned."""
-    at = start
-    while at < end:
-        nxt = min(window_floor(at, minutes) + timedelta(minutes=minutes), end)
-        yield at, nxt
-        at = nxt
 
 
 def event_identifier(account_id: str, meter: str, window_start: datetime) -> str:

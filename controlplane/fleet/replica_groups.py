@@ -129,13 +129,3 @@ def groups_stuck_forming(*, seconds: float, sharded_seconds: float) -> list[int]
         )
         .values_list("pk", flat=True)
     )
-
-
-def groups_of(workers: Sequence[int]) -> list[int]:
-    """The live groups these workers belong to."""
-    return list(
-        ReplicaGroup.objects.filter(members__pk__in=list(workers))
-        .exclude(state=ReplicaGroup.State.BROKEN)
-        .values_list("pk", flat=True)
-        .distinct()
-    )

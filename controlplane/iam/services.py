@@ -3,7 +3,6 @@ a bad document changes nothing; every write is recorded in the audit log by the 
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from datetime import timedelta
@@ -191,10 +190,6 @@ def trust_required(role: Role, principal: str, *, field: str = "role_arn") -> No
             f"{field}: the trust policy of {role.arn} does not let {principal} assume it",
             field=field,
         )
-
-
-def document_json(document: dict) -> str:
-    return json.dumps(document, indent=2, sort_keys=False)
 
 
 SESSION_ROLE_NAME = "LoopwrightSessionRole"

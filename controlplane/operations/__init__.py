@@ -5,6 +5,5 @@ whoever waits for it.
 Sits above training sessions, metering, the registry and quotas, below billing and the APIs;
 the workers claim and complete through it. Where PostgreSQL does a step in one statement, the
 step's entry point chooses that path or the portable one itself (``claim.claim_runnable``,
-``claim.claim_next_training``, ``claim.claim_samples``, ``complete.complete``, and
-``training.submit`` for a training step).
+``complete.complete``, and ``training.submit`` for a training step).
 """

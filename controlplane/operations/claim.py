@@ -9,7 +9,7 @@ not recorded goes back to pending (``requeue``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -36,44 +36,6 @@ def next_training_ops(*, worker: Worker) -> list[Operation]:
         .select_related("model")
         .order_by("created_at")
     )
-
-
-def claim_next_training(*, fence: Fence, skip: Collection[str] = ()) -> Operation | None:
-    """The oldest runnable training operation on the worker (its model's ``next_seq``), of a
-    model not in ``skip``, claimed under ``fence``; None when there is none (or the fence no
-    longer holds). On PostgreSQL the look and the claim are one statement."""
-    if connection.vendor == "postgresql":
-        return _claim_next_in_one_statement(fence, skip)
-    for op in next_training_ops(worker=Worker(pk=fence.worker_id)):
-        if op.model_id not in skip and claim(op, fence):
-            return op
-    return None
-
-
-def _claim_next_in_one_statement(fence: Fence, skip: Collection[str]) -> Operation | None:
-    # The pick locks its row and re-checks it is still pending (another transaction may have
-    # just failed it, say a stop), going on to the next one if not: nothing runnable is missed.
-    ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
-    skipping = ""
-    if skip:
-        skipping = f"AND o.model_id NOT IN ({', '.join(['%s'] * len(skip))})"
-    fenced, fence_params = fence.sql()
-    setting, set_params = states.CLAIM.sql_set(started_at=timezone.now())
-    claimable, from_params = states.CLAIM.sql_from()
-    sql = f"""
-        UPDATE {ops} SET {setting}
-        WHERE id = (
-            SELECT o.id FROM {ops} o JOIN {models} m ON m.id = o.model_id
-            WHERE o.worker_id = %s AND o.status = %s AND o.seq_id = m.next_seq {skipping}
-            ORDER BY o.created_at LIMIT 1
-            FOR UPDATE OF o SKIP LOCKED
-        ) AND {claimable} AND worker_id = %s AND {fenced}
-        RETURNING {_returned()}
-    """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-    pending, worker_id = Operation.Status.PENDING, fence.worker_id
-    params = [*set_params, worker_id, pending, *skip, *from_params, worker_id]
-    claimed = _claimed(sql, params + fence_params)
-    return claimed[0] if claimed else None
 
 
 def _returned(alias: str | None = None) -> str:
@@ -103,32 +65,6 @@ def pending_samples(*, worker: Worker, limit: int | None) -> list[Operation]:
         worker=worker, status=Operation.Status.PENDING, kind=Operation.Kind.SAMPLE
     ).order_by("created_at")
     return list(pending if limit is None else pending[:limit])
-
-
-def claim_samples(*, fence: Fence, limit: int) -> list[Operation]:
-    """Up to ``limit`` of the worker's pending samples, oldest first, claimed under ``fence``
-    (on PostgreSQL in one statement)."""
-    if connection.vendor != "postgresql":
-        worker = Worker(pk=fence.worker_id)
-        return [op for op in pending_samples(worker=worker, limit=limit) if claim(op, fence)]
-    ops = Operation._meta.db_table
-    fenced, fence_params = fence.sql()
-    setting, set_params = states.CLAIM.sql_set(started_at=timezone.now())
-    claimable, from_params = states.CLAIM.sql_from("o.status")
-    # the pick is materialized: evaluated once, so never more than ``limit`` rows
-    sql = f"""
-        WITH picked AS MATERIALIZED (
-            SELECT id FROM {ops} WHERE worker_id = %s AND status = %s AND kind = %s
-            ORDER BY created_at LIMIT %s
-            FOR UPDATE SKIP LOCKED
-        )
-        UPDATE {ops} o SET {setting} FROM picked
-        WHERE o.id = picked.id AND {claimable} AND o.worker_id = %s AND {fenced}
-        RETURNING {_returned("o")}
-    """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-    params = [fence.worker_id, Operation.Status.PENDING, Operation.Kind.SAMPLE, limit]
-    params += [*set_params, *from_params, fence.worker_id, *fence_params]
-    return sorted(_claimed(sql, params), key=lambda op: op.created_at)
 
 
 def claim_runnable(*, fence: Fence, sample_limit: int) -> tuple[list[Operation], list[Operation]]:

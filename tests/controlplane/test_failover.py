@@ -108,7 +108,8 @@ def test_a_silent_worker_is_declared_dead_once_and_its_model_ends_as_if_nothing_
     for fut in done:
         assert "metrics" in result(alice, a, fut)
     running = alice.post("forward_backward", fwdbwd(model_id, 7, [datum([5, 6, 7, 8])])).json()
-    assert claim.claim_next_training(fence=a.fence).pk == running["request_id"]  # in flight
+    [in_flight], _ = claim.claim_runnable(fence=a.fence, sample_limit=8)
+    assert in_flight.pk == running["request_id"]
     b = start("b")
     lease_runs_out(a)
 
@@ -237,14 +238,13 @@ def test_a_worker_declared_dead_can_change_nothing_and_starts_empty(alice, start
     b = start("b")
     model_id = create_model(alice, a, open_session(alice))
     fut = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])])).json()
-    op = claim.claim_next_training(fence=a.fence)
+    [op], _ = claim.claim_runnable(fence=a.fence, sample_limit=8)
     old = a.fence
     lease_runs_out(a)
     failover.workers_declare_dead(by="test")
     with pytest.raises(complete.Fenced):  # its completion under the old generation
         complete.complete(op, {"metrics": {}, "loss_fn_outputs": []}, old)
-    assert claim.claim_next_training(fence=old) is None  # nor can it claim
-    assert claim.claim_samples(fence=old, limit=8) == []
+    assert claim.claim_runnable(fence=old, sample_limit=8) == ([], [])  # nor can it claim
     assert Operation.objects.get(pk=op.pk).status == "pending"
 
     a.beat()  # its heartbeat finds the lease gone: it drops everything, registers anew

@@ -115,17 +115,18 @@ def test_the_claim_takes_each_models_next_operation_oldest_first(postgres, alice
     for model_id, seq in ((a, 2), (b, 1), (a, 1)):  # a's seq 2 waits for its seq 1
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = claim.claim_next_training(fence=runtime.fence)
-    assert (first.model_id, first.seq_id, first.status) == (b, 1, "running")
-    assert Operation.objects.get(pk=first.pk).status == "running"
-    second = claim.claim_next_training(fence=runtime.fence, skip=[b])
-    assert (second.model_id, second.seq_id) == (a, 1)
+    heads, samples = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
+    assert [(op.model_id, op.seq_id, op.status) for op in heads] == [
+        (b, 1, "running"),
+        (a, 1, "running"),
+    ]
+    assert samples == []
+    assert {Operation.objects.get(pk=op.pk).status for op in heads} == {"running"}
     # a's seq 2 is not runnable until seq 1 completes, b has nothing left
-    assert claim.claim_next_training(fence=runtime.fence) is None
-    complete.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
-    assert claim.claim_next_training(fence=runtime.fence, skip=[a]) is None
-    third = claim.claim_next_training(fence=runtime.fence)
-    assert (third.model_id, third.seq_id) == (a, 2)
+    assert claim.claim_runnable(fence=runtime.fence, sample_limit=8) == ([], [])
+    complete.complete(heads[1], {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
+    heads, _ = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
+    assert [(op.model_id, op.seq_id) for op in heads] == [(a, 2)]
 
 
 def test_one_statement_completion_meters_as_the_general_path(postgres, alice, runtime) -> None:
@@ -135,7 +136,7 @@ def test_one_statement_completion_meters_as_the_general_path(postgres, alice, ru
     for seq, n in enumerate(sizes, start=1):
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum(list(range(1, n + 1)))]))
         assert r.status_code == 200, r.content
-    op = claim.claim_next_training(fence=runtime.fence)
+    [op], _ = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
     complete.complete(op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence)
     complete.complete(
         op, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence
@@ -229,12 +230,12 @@ def test_samples_are_claimed_together_oldest_first(alice, runtime) -> None:
         r = alice.post("asample", body)
         assert r.status_code == 200, r.content
         ids.append(r.json()["request_id"])
-    first = claim.claim_samples(fence=runtime.fence, limit=3)
-    assert [op.pk for op in first] == ids[:3]
+    heads, first = claim.claim_runnable(fence=runtime.fence, sample_limit=3)
+    assert heads == [] and [op.pk for op in first] == ids[:3]
     assert all(op.status == "running" for op in first)
-    rest = claim.claim_samples(fence=runtime.fence, limit=10)
+    _, rest = claim.claim_runnable(fence=runtime.fence, sample_limit=10)
     assert [op.pk for op in rest] == ids[3:]
-    assert claim.claim_samples(fence=runtime.fence, limit=10) == []
+    assert claim.claim_runnable(fence=runtime.fence, sample_limit=10) == ([], [])
 
 
 def test_a_claim_the_database_lost_is_not_applied_twice(alice, runtime, monkeypatch) -> None:
@@ -322,7 +323,7 @@ def test_a_claim_commits_by_itself_and_leaves_later_commits_durable(
 ) -> None:
     model_id = create_model(alice, runtime, open_session(alice))
     r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
-    claimed = claim.claim_next_training(fence=runtime.fence)
+    [claimed], _ = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
     assert claimed.pk == r.json()["request_id"] and not connection.in_atomic_block
     with psycopg.connect(**pg_listen.connect_params()) as other:  # committed: others see it
         status = other.execute(
@@ -356,9 +357,9 @@ def test_what_the_completion_finds_waiting_is_run_in_the_same_drain(
     for seq in (1, 2):  # the second becomes runnable only when the first completes
         r = alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))
         assert r.status_code == 200, r.content
-    first = claim.claim_next_training(fence=runtime.fence)
+    [first], _ = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
     assert complete.complete(first, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is True
-    second = claim.claim_next_training(fence=runtime.fence)
+    [second], _ = claim.claim_runnable(fence=runtime.fence, sample_limit=8)
     assert complete.complete(second, {"loss_fn_outputs": [], "metrics": {}}, runtime.fence) is False
     for seq in (3, 4):
         alice.post("forward_backward", fwdbwd(model_id, seq, [datum([1, 2, 3])]))

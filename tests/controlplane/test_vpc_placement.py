@@ -155,8 +155,8 @@ def test_worker_flags_or_environment_name_its_networks(monkeypatch) -> None:
     from workers.celery_app import app
 
     monkeypatch.setattr(app, "worker_main", lambda argv: None)
-    for variable in ("NAME", "BASE_MODEL", "DEVICE", "DTYPE", "CAPACITY"):
-        monkeypatch.setenv(f"LOOPWRIGHT_WORKER_{variable}", "")  # main() sets them; restored after
+    for variable in WorkerSettings(name="any").to_env():
+        monkeypatch.delenv(variable, raising=False)  # main() sets them; restored after
     monkeypatch.setenv("LOOPWRIGHT_WORKER_CAPACITY", "2")
     monkeypatch.setenv("LOOPWRIGHT_WORKER_SUBNETS", f"{SUBNET_A}, {SUBNET_B}")
     monkeypatch.setenv("LOOPWRIGHT_WORKER_SECURITY_GROUPS", SG_1)

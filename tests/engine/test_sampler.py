@@ -11,6 +11,7 @@ from workers.engine.adapters import AdapterConfig
 from workers.engine.errors import InvalidInput
 from workers.engine.sampler import SampleJob
 
+from .peft_active import activate
 from .reference import plain_peft_model, randomize_adapter
 
 
@@ -85,7 +86,7 @@ def allowed_sets(host, prompt, tokens, temperature, top_k, top_p) -> list[set[in
     """For each generated position, the tokens a correct top-k/top-p filter may emit."""
     full = prompt + tokens
     with torch.no_grad():
-        host.pool.activate("m")
+        activate(host.pool, "m")
         logits = host.pool.model(input_ids=torch.tensor([full])).logits[0].double() / temperature
     out = []
     for pos in range(len(prompt) - 1, len(full) - 1):

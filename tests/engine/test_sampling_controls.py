@@ -12,6 +12,7 @@ from loopwright.types import SamplingParams
 from workers.engine.adapters import AdapterConfig
 from workers.engine.sampler import SampleJob
 
+from .peft_active import activate
 from .processors_reference import Asked, drawable_logprobs, processed
 from .reference import randomize_adapter
 from .test_batched_sampling import assert_same, sessions
@@ -38,7 +39,7 @@ def asked_of(params: dict) -> Asked:
 def model_logits(host, model_id, tokens: list[int]) -> np.ndarray:
     """float32 logits of a plain forward over ``tokens`` (no KV cache, no batch)."""
     with torch.no_grad():
-        host.pool.activate(model_id)
+        activate(host.pool, model_id)
         return host.pool.model(input_ids=torch.tensor([tokens])).logits[0].float().numpy()
 
 

@@ -119,7 +119,6 @@ class AdapterPool:
         self.router = LoRARouter(self.model)
         self._entries: dict[str, _Entry] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
-        self._active: str | None = None  # the peft adapter set active last
         self._param_cache: dict[str, dict[str, torch.nn.Parameter]] = {}
         # told of each adapter about to be spilled, with its state (weights, grads, optimizer)
         self.on_evict: Callable[[str, AdapterConfig, dict], None] | None = None
@@ -175,21 +174,6 @@ class AdapterPool:
         del self._entries[model_id]
         if not self._lru:
             self.model.set_adapter(PLACEHOLDER)
-            self._active = PLACEHOLDER
-
-    def activate(self, model_id: str) -> dict[str, torch.nn.Parameter]:
-        """Load if needed and make it peft's active adapter (what peft's own forward uses when no
-        row plan is set); returns its parameters. The engine's passes do not need this."""
-        entry = self._entry(model_id)
-        if not entry.loaded:
-            self._make_room()
-            self._reload(entry)
-        self._lru.move_to_end(model_id)
-        name = adapter_name(model_id)
-        if self._active != name:  # peft's set_adapter walks every LoRA layer: only on a change
-            self.model.set_adapter(name)
-            self._active = name
-        return self._params(model_id)
 
     def load(self, model_ids: Sequence[str]) -> list[str]:
         """Make every adapter resident (at most ``max_loaded`` distinct ones), each trainable, for
@@ -274,9 +258,8 @@ class AdapterPool:
         self._forget(model_id)
 
     def _forget(self, model_id: str) -> None:
-        """Its peft layers changed: drop cached parameters and the notion of what is active."""
+        """Its peft layers changed: drop its cached parameters."""
         self._param_cache.pop(model_id, None)
-        self._active = None
 
     def _inject(self, model_id: str, cfg: AdapterConfig, pcfg: peft.LoraConfig) -> None:
         self._forget(model_id)

@@ -47,7 +47,7 @@ from .sampler import SampleJob, Sampler, SampleResult, TokenSink
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HostConfig:
     """How a host loads its base model and how much it holds."""
 

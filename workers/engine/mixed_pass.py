@@ -18,8 +18,8 @@ import torch
 
 from loopwright.types import ForwardBackwardInput, ForwardBackwardOutput, TensorData
 
-from . import batch as batching
 from .adapters import AdapterPool
+from .datums import PackedDatum, validate_datums
 from .errors import EngineError, InvalidInput
 from .losses import LossSpec, resolve_loss
 from .mixed_lora import RowPlan
@@ -41,7 +41,7 @@ class _Job:
     request: PassRequest
     spec: LossSpec
     cfg: dict[str, float]
-    datums: list[batching.PackedDatum]
+    datums: list[PackedDatum]
     adapter: str | None = None  # peft name
     logprobs: dict[int, np.ndarray] = field(default_factory=dict)
     losses: dict[int, np.ndarray] = field(default_factory=dict)
@@ -70,7 +70,7 @@ class _Job:
 @dataclass
 class _Row:
     job: int
-    datum: batching.PackedDatum
+    datum: PackedDatum
 
 
 TargetLogprobs = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -121,7 +121,7 @@ class MixedPass:
         if req.backward and req.model_id is None:
             raise InvalidInput("model_id", "the base model has no adapter to train")
         spec, cfg = resolve_loss(req.fwd.loss_fn, req.fwd.loss_fn_config)
-        datums = batching.validate_datums(
+        datums = validate_datums(
             req.fwd.data, spec, req.fwd.loss_fn, self.vocab_size, self.context_length
         )
         if req.model_id is not None and req.model_id not in self.pool:
@@ -242,10 +242,7 @@ class MixedPass:
 
 def micro_batch_count(lengths: Sequence[int], max_tokens: int) -> int:
     """How many micro-batches ``run`` makes of one request with datums of these lengths."""
-    rows = [
-        _Row(0, batching.PackedDatum(i, np.zeros(n, dtype=np.int64), {}))
-        for i, n in enumerate(lengths)
-    ]
+    rows = [_Row(0, PackedDatum(i, np.zeros(n, dtype=np.int64), {})) for i, n in enumerate(lengths)]
     return len(_group_rows(rows, max_tokens))
 
 

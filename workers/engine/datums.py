@@ -1,4 +1,4 @@
-"""Validate datums against a base model and pack them into padded tensors.
+"""Validate datums against a base model: token ids and loss inputs as 1-D arrays.
 
 Validation happens before any tensor touches the model, so a bad datum never half-applies.
 Position ``i`` of a datum's input predicts ``target_tokens[i]``; every loss input has the
@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from loopwright.types import Datum
 
@@ -32,18 +31,6 @@ class PackedDatum:
     @property
     def length(self) -> int:
         return int(self.tokens.shape[0])
-
-
-@dataclass
-class Batch:
-    """Right-padded tensors for a group of datums; ``mask_B_T`` is true on real positions."""
-
-    indices: list[int]
-    input_ids_B_T: torch.Tensor
-    targets_B_T: torch.Tensor
-    mask_B_T: torch.Tensor
-    inputs: dict[str, torch.Tensor]
-    lengths: list[int]
 
 
 def tokens_of(model_input: object, field: str, vocab_size: int, context_length: int) -> np.ndarray:
@@ -130,38 +117,3 @@ def _loss_inputs(
     if spec.check_datum is not None:
         spec.check_datum(out, where)
     return out
-
-
-def group_by_budget(datums: Sequence[PackedDatum], max_tokens: int) -> list[list[PackedDatum]]:
-    """Split datums (longest first) into groups whose padded size stays within ``max_tokens``."""
-    ordered = sorted(datums, key=lambda d: -d.length)
-    groups: list[list[PackedDatum]] = []
-    for d in ordered:
-        if groups and (len(groups[-1]) + 1) * groups[-1][0].length <= max_tokens:
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    return groups
-
-
-def pack(group: Sequence[PackedDatum], device: torch.device) -> Batch:
-    """Right-pad a group: padding after the end never influences earlier causal positions."""
-    b, t = len(group), max(d.length for d in group)
-    ids = np.zeros((b, t), dtype=np.int64)
-    mask = np.zeros((b, t), dtype=bool)
-    keys = group[0].inputs.keys()
-    inputs = {k: np.zeros((b, t), dtype=group[0].inputs[k].dtype) for k in keys}
-    for row, d in enumerate(group):
-        ids[row, : d.length] = d.tokens
-        mask[row, : d.length] = True
-        for k in keys:
-            inputs[k][row, : d.length] = d.inputs[k]
-    tensors = {k: torch.from_numpy(v).to(device) for k, v in inputs.items()}
-    return Batch(
-        indices=[d.index for d in group],
-        input_ids_B_T=torch.from_numpy(ids).to(device),
-        targets_B_T=tensors.pop("target_tokens"),
-        mask_B_T=torch.from_numpy(mask).to(device),
-        inputs=tensors,
-        lengths=[d.length for d in group],
-    )
