@@ -21,6 +21,9 @@ from .conftest import BASE_MODEL, PASSWORD, finish, operation, train_tokens
 from .test_browser_pages import seed as seed_resources
 from .test_pages_sessions import new_session
 
+LONG_GROUP = "run-model-8f14e45fceea167a5a36dedd4bea2543-1c383cd30b7c298a"
+LONG_ALIAS = "alias/production-checkpoints-of-the-research-team-in-eu-west-1"
+LONG_EMAIL = "maximilian.alexander-hamilton@research-laboratory.example.com"
 FB, STEP = Operation.Kind.FORWARD_BACKWARD, Operation.Kind.OPTIM_STEP
 
 
@@ -91,6 +94,15 @@ def _seed(tmp_path) -> Seeded:
         actor=user_arn(tenant, "alice@example.com"),
         acting_membership=owner,
     )
+    # names as long as real ones get: a run's own group, a key alias, a member's e-mail
+    from controlplane.kms import services as kms
+
+    from .test_pages_registry import seed_versions
+
+    seed_versions(alice, LONG_GROUP, 1, tmp_path / "long")
+    kms.key_create(tenant=tenant, actor="test", alias=LONG_ALIAS, description="checkpoints")
+    long = user_create(email=LONG_EMAIL, password=PASSWORD)
+    membership_add(tenant=tenant, user=long, role=Membership.Role.ADMIN)
     account_create(
         email="charlie@example.com", password=PASSWORD, tenant_name="other", key_name="x"
     )
