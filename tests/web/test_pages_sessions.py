@@ -249,8 +249,10 @@ def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, charlie
 
 
 def test_another_tenants_role_is_not_found_on_the_role_field(alice, charlie, worker):
+    # input to fix, not a missing page: the form again, 400, the reason under the field
     page = alice.post("/sessions/new", form(alice, role_arn=charlie.role_arn))
-    assert page.status_code == 404 and 'id="id_role_arn_error"' in page.content.decode()
+    assert page.status_code == 400 and 'id="id_role_arn_error"' in page.content.decode()
+    assert "no role" in page.content.decode()
     assert not Session.objects.exists()
 
 
