@@ -237,7 +237,9 @@ def version_approval(request: HttpRequest, name: str, version: int) -> HttpRespo
     )
     if updated is None:
         return _version_page(request, package, form, status=400)
-    messages.success(request, f"Version {version} of {name} is now {label(updated.approval_status)}.")
+    messages.success(
+        request, f"Version {version} of {name} is now {label(updated.approval_status)}."
+    )
     if request.POST.get("back") == "group":
         return redirect(f"/registry/groups/{name}")
     return redirect(f"/registry/groups/{name}/versions/{version}")
