@@ -12,7 +12,7 @@ from django.http import HttpRequest, QueryDict
 from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
-from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.models import Operation, Session, TrainingModel
 from controlplane.training_sessions.queue_status import model_queue_status, sampler_queue_status
 from controlplane.training_sessions.selectors import failure_reasons, model_replica_group
 from loopwright.types import QueueStatus
@@ -79,10 +79,30 @@ def lora_view(lora: dict) -> list[tuple[str, str]]:
     ]
 
 
+def loading(model: TrainingModel) -> dict | None:
+    """A placed model still being created: its worker loads the base model and sets up the
+    adapter, and the model's first operations wait for it. Which worker, and since when (None:
+    not loading)."""
+    if model.state != TrainingModel.State.CREATING or model.placement != model.Placement.PLACED:
+        return None
+    first = (
+        Operation.objects.filter(model=model, kind=Operation.Kind.CREATE_MODEL)
+        .order_by("seq_id")
+        .only("status", "started_at", "created_at")
+        .first()
+    )
+    return {
+        "worker": model.worker.name if model.worker else None,
+        "started": (first.started_at or first.created_at) if first else model.created_at,
+        "claimed": bool(first and first.started_at),
+    }
+
+
 def models_view(models: list[TrainingModel]) -> list[dict]:
     return [
         {
             "model": m,
+            "loading": loading(m),
             "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
             "queue": model_queue_status(m),  # its place in line while it waits
             "lora": lora_view(m.lora),
@@ -122,12 +142,14 @@ def summary(request: HttpRequest, session: Session, models: list[TrainingModel])
     may_list = may(request, "sessions:ListCheckpoints", session_arn(tenant, session.id))
     checkpoints = reads.checkpoint_rows(tenant=tenant, session=session) if may_list else None
     counts = reads.operation_count(tenant=tenant, session=session)
+    shown = models_view(models)
     return {
         "failure": failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
-        "models": models_view(models),
+        "models": shown,
         "queued_samplers": queued_samplers(session),
         "counts": counts,
         "operations_total": sum(counts.values()),
+        "models_loading": sum(1 for m in shown if m["loading"]),
         "failovers": failovers(tenant=tenant, session=session),
         "checkpoints": checkpoints,
         "usage": session_usage(tenant=tenant, session_id=session.id),

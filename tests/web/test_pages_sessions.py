@@ -747,3 +747,31 @@ def test_session_page_shows_a_waiting_model_and_sampler_in_the_placement_queue(
     assert "Network</dt><dd>subnet-0a1b2c3d with sg-0a1b2c3d</dd>" in html
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
     assert charlie.get(f"/sessions/{open_session.id}").status_code == 404
+
+
+def test_the_first_step_shows_that_the_model_is_loading(alice, charlie, worker):
+    from controlplane.fleet.services import Fence
+    from controlplane.operations import claim, complete
+
+    session = services.session_create(
+        tenant=alice.tenant, name="loading", platform={"role_arn": alice.role_arn}
+    )
+    create = training.model_create(
+        tenant=alice.tenant, session_id=session.id, model_seq_id=0, base_model=BASE_MODEL,
+        lora={"rank": 8},
+    )  # fmt: skip
+    model = TrainingModel.objects.get(pk=create.model_id)
+    operation(model, FB, 1, train_tokens(16))
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Loading the model</strong> on worker gpu0, about to start" in html
+    assert '<a href="#model-loading">the model is loading</a>' in html
+    create.refresh_from_db()
+    fence = Fence(create.worker.pk, create.worker.generation)
+    assert claim.claim(create, fence)
+    live = alice.get(f"/sessions/{session.id}?part=summary", HTTP_X_FRAGMENT="1").content.decode()
+    assert '1 pending · 1 running · <a href="#model-loading">the model is loading</a>' in live
+    assert re.search(r"Loading the model</strong> on worker gpu0, for \d+", live)
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+    complete.complete(create, {}, fence)
+    done = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Loading the model" not in done and "the model is loading" not in done
