@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, QueryDict
 
 from controlplane.edge.callers import can, may
@@ -229,3 +230,24 @@ def snippet(request: HttpRequest, session: Session, models, checkpoints) -> str:
         model=models[0] if models else None,
         checkpoint=latest,
     )
+
+
+def origin(session: Session) -> dict | None:
+    """How a session made through the SageMaker API answers there: its TrainingSessionName and
+    output path (None: made through the Tinker API or this dashboard)."""
+    from controlplane.sagemaker_sessions.selectors import display_name, record_of
+
+    record = record_of(session)
+    if record is None:
+        return None
+    return {"name": display_name(session), "output_path": record.output_path}
+
+
+def recordings(session: Session) -> dict | None:
+    """The sampled sequences the session keeps for training requests to cite
+    (``record_stability_info``): how many sample requests, their size, until when the last may
+    be cited (None: none kept)."""
+    found = session.recordings.aggregate(
+        requests=Count("id"), size=Sum("size_bytes"), until=Max("expires_at")
+    )
+    return found if found["requests"] else None

@@ -775,3 +775,38 @@ def test_the_first_step_shows_that_the_model_is_loading(alice, charlie, worker):
     complete.complete(create, {}, fence)
     done = alice.get(f"/sessions/{session.id}").content.decode()
     assert "Loading the model" not in done and "the model is loading" not in done
+
+
+def test_a_session_page_shows_its_sagemaker_name_and_its_recorded_sequences(alice, charlie, worker):
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from controlplane.sagemaker_sessions.services import training_session_create
+    from controlplane.training_sessions.models import RecordedSample
+
+    with transaction.atomic():
+        made = training_session_create(
+            tenant=alice.tenant, actor=alice.role_arn, name="nightly-rl", base_model=BASE_MODEL,
+            lora={"rank": 8}, platform={"role_arn": alice.role_arn}, tags=None,
+            base_model_arn="arn:aws:sagemaker:::hub-content/x", output_path="s3://acme/out",
+        )  # fmt: skip
+    html = alice.get(f"/sessions/{made.id}").content.decode()
+    assert "through the SageMaker API" in html and "<code>nightly-rl</code>" in html
+    assert "<code>s3://acme/out</code>" in html
+    assert "Recorded sequences</dt><dd>none kept" in html
+    until = timezone.now() + timedelta(days=1)
+    RecordedSample.objects.create(
+        id="op-1", tenant=alice.tenant, session=made, prompt=b"\0" * 8, tokens=b"\0" * 4000,
+        logprobs=b"\0" * 4000, lengths=[500, 500], size_bytes=8008, expiries=[0, 0],
+        expires_at=until,
+    )  # fmt: skip
+    html = alice.get(f"/sessions/{made.id}").content.decode()
+    assert "1 sample request kept for training requests to cite (7.8\xa0KB" in html
+    plain, _ = new_session(alice, "tinker-run")
+    other = alice.get(f"/sessions/{plain.id}").content.decode()
+    assert "SageMaker" not in other
+    listing = alice.get("/sessions").content.decode()
+    assert listing.count('title="made through the SageMaker API">SageMaker</span>') == 1
+    assert charlie.get(f"/sessions/{made.id}").status_code == 404

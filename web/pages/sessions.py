@@ -276,6 +276,8 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         context |= sp.stop_state(request, session) | {
             "try_form": try_it.TryForm(names=try_it.model_names(session)),
             "platform": session.platform,
+            "origin": sp.origin(session),
+            "recordings": sp.recordings(session),
             "refresh": {name: f"{base}part={name}" for name in PARTS},
             "snippet": sp.snippet(request, session, models, context.get("checkpoints")),
         }
