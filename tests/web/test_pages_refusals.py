@@ -82,14 +82,21 @@ def test_a_service_refusal_is_one_failed_row_and_a_success_records_every_decisio
 
 
 def test_input_that_is_not_there_comes_back_as_the_form_with_400(alice, charlie):
-    # an API key for a role that does not exist: the keys form again, the reason on the owner
-    page = alice.post("/iam/keys", {"name": "ci", "owner": "role:Nope"})
+    # a budget on a session that does not exist: the form again, the reason under the field
+    body = {"name": "nightly", "scope": "session", "scope_value": "sess-nope", "unit": "usd",
+            "period": "month", "amount": "5", "thresholds": "80"}  # fmt: skip
+    page = alice.post("/billing/budgets", body)
     html = page.content.decode()
     assert page.status_code == 400, page.status_code
-    assert 'id="id_owner_error"' in html or "Nope" in html
-    assert 'action="/iam/keys"' in html
-    # charlie's keys page knows nothing of acme's
-    assert "Nope" not in charlie.get("/iam/keys").content.decode()
+    assert 'id="id_scope_value_error"' in html or "no session 'sess-nope'" in html
+    assert "no session &#x27;sess-nope&#x27; in this account" in html
+    assert 'action="/billing/budgets"' in html
+    # charlie's own session id is not there for alice either
+    from controlplane.training_sessions.services.sessions import session_create
+
+    theirs = session_create(tenant=charlie.tenant, name="c", platform={})
+    page = alice.post("/billing/budgets", body | {"scope_value": theirs.id})
+    assert page.status_code == 400 and "in this account" in page.content.decode()
 
 
 def test_the_invite_route_shows_the_invite_form_and_the_favicon_is_served(alice, client):
