@@ -6,13 +6,16 @@ tenant."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
 
 from controlplane.metering.models import TOKEN_METERS, UsageRecord
+from controlplane.metering.reports import usage_report
 from controlplane.registry.models import ModelPackage
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
@@ -32,6 +35,7 @@ class SessionRow:
     operations: int
     tokens: int
     failure: str = ""  # why a failed session failed
+    cost: Decimal = Decimal(0)  # everything it used, priced when it was used
 
 
 def live_session_count(*, tenant: Tenant) -> int:
@@ -69,10 +73,39 @@ def session_rows(
         .values_list("session_id", "q")
     )
     reasons = failure_reasons(tenant=tenant, sessions=sessions)
+    costs = session_costs(tenant=tenant, ids=ids)
     return [
-        SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0, reasons.get(s.id, ""))
+        SessionRow(
+            s,
+            bases[s.id],
+            s.n_ops,
+            tokens.get(s.id) or 0,
+            reasons.get(s.id, ""),
+            costs.get(s.id, Decimal(0)),
+        )  # fmt: skip
         for s in sessions
     ]
+
+
+def session_costs(*, tenant: Tenant, ids: list[str]) -> dict[str, Decimal]:
+    """What each of the sessions ``ids`` has cost so far, priced as the bill prices it."""
+    first = (
+        UsageRecord.objects.filter(tenant=tenant, session_id__in=ids)
+        .aggregate(at=Min("occurred_at"))["at"]
+    )  # fmt: skip
+    if first is None:
+        return {}
+    report = usage_report(
+        tenant=tenant,
+        start=first.date(),
+        end=timezone.now().date(),
+        group_by=("session",),
+        session_in=ids,
+    )
+    out: dict[str, Decimal] = defaultdict(Decimal)
+    for line in report.lines:
+        out[dict(line.key)["session"]] += line.cost
+    return out
 
 
 # -- one session -------------------------------------------------------------------------------

@@ -810,3 +810,21 @@ def test_a_session_page_shows_its_sagemaker_name_and_its_recorded_sequences(alic
     listing = alice.get("/sessions").content.decode()
     assert listing.count('title="made through the SageMaker API">SageMaker</span>') == 1
     assert charlie.get(f"/sessions/{made.id}").status_code == 404
+
+
+def test_the_session_list_shows_what_each_run_cost(alice, charlie, worker):
+    from datetime import UTC, datetime
+
+    from controlplane.metering.models import Meter
+
+    from .test_pages_billing import prices, usage
+
+    prices()
+    paid, _ = new_session(alice, "paid-run")
+    free, _ = new_session(alice, "free-run")
+    usage(alice.tenant, paid.id, BASE_MODEL, Meter.TRAIN_TOKENS, 2_000_000, datetime.now(UTC))
+    html = alice.get("/sessions").content.decode()
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r'>(paid-run|free-run)</a>.*?<td class="num">(\$[\d.,]+)</td>', html, re.S)}  # fmt: skip
+    assert rows == {"paid-run": "$0.60", "free-run": "$0.00"}, rows
+    assert "paid-run" not in charlie.get("/sessions").content.decode()
