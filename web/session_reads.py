@@ -6,10 +6,10 @@ tenant."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone

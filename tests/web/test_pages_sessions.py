@@ -821,7 +821,7 @@ def test_the_session_list_shows_what_each_run_cost(alice, charlie, worker):
 
     prices()
     paid, _ = new_session(alice, "paid-run")
-    free, _ = new_session(alice, "free-run")
+    new_session(alice, "free-run")
     usage(alice.tenant, paid.id, BASE_MODEL, Meter.TRAIN_TOKENS, 2_000_000, datetime.now(UTC))
     html = alice.get("/sessions").content.decode()
     rows = {m.group(1): m.group(2) for m in re.finditer(
