@@ -82,7 +82,7 @@ def session_rows(
             tokens.get(s.id) or 0,
             reasons.get(s.id, ""),
             costs.get(s.id, Decimal(0)),
-        )  # fmt: skip
+        )
         for s in sessions
     ]
 
