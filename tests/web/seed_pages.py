@@ -14,7 +14,12 @@ from controlplane.fleet.services import worker_register
 from controlplane.iam.provisioning import account_create
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import invitation_create, membership_add, user_create
-from controlplane.training_sessions.models import Operation, Recovery, Session
+from controlplane.training_sessions.models import (
+    Operation,
+    RecordedSample,
+    Recovery,
+    Session,
+)
 from tests.fleet import registration
 
 from .conftest import BASE_MODEL, PASSWORD, finish, operation, train_tokens
@@ -103,6 +108,20 @@ def _seed(tmp_path) -> Seeded:
     kms.key_create(tenant=tenant, actor="test", alias=LONG_ALIAS, description="checkpoints")
     long = user_create(email=LONG_EMAIL, password=PASSWORD)
     membership_add(tenant=tenant, user=long, role=Membership.Role.ADMIN)
+    # a session made through the SageMaker API whose model is still loading on gpu0, keeping
+    # the sequences of a sample request for training requests to cite
+    from controlplane.sagemaker_sessions.services import training_session_create
+
+    nightly = training_session_create(
+        tenant=tenant, actor=alice.role_arn, name="nightly-rl", base_model=BASE_MODEL,
+        lora={"rank": 8}, platform={"role_arn": alice.role_arn}, tags=None,
+        base_model_arn="arn:aws:sagemaker:::hub-content/base", output_path="s3://acme/out",
+    )  # fmt: skip
+    RecordedSample.objects.create(
+        id="op-recorded", tenant=tenant, session=nightly, prompt=b"\0" * 8, tokens=b"\0" * 64,
+        logprobs=b"\0" * 64, lengths=[8, 8], size_bytes=136, expiries=[0, 0],
+        expires_at=timezone.now() + timedelta(days=1),
+    )  # fmt: skip
     account_create(
         email="charlie@example.com", password=PASSWORD, tenant_name="other", key_name="x"
     )
