@@ -747,6 +747,10 @@ def test_session_page_shows_a_waiting_model_and_sampler_in_the_placement_queue(
     assert "Network</dt><dd>subnet-0a1b2c3d with sg-0a1b2c3d</dd>" in html
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
     assert charlie.get(f"/sessions/{open_session.id}").status_code == 404
+    # the list says which sessions wait, and their place
+    listing = " ".join(alice.get("/sessions").content.decode().split())
+    assert listing.count("queued: 1 of 1 waiting for a worker") == 1
+    assert "queued:" not in charlie.get("/sessions").content.decode()
 
 
 def test_the_first_step_shows_that_the_model_is_loading(alice, charlie, worker):
