@@ -73,15 +73,25 @@ def row(field: forms.BoundField) -> SafeString:
     )
 
 
+def fixable(form: forms.Form, exc: DomainError) -> bool:
+    """Whether ``exc`` is about input the form can fix: bad input, a clash, or something the
+    form's own field names that is not there (a role, a key): the form again, not an error
+    page."""
+    if exc.status in FIXABLE:
+        return True
+    return exc.status == 404 and _HEAD.split(exc.field or "", maxsplit=1)[0] in form.fields
+
+
 def submit(form: Form, call: Callable[[dict], T]) -> T | None:
     """``call(cleaned_data)`` when the form is valid; None when it is not or the service refused
-    the input (the reason is then on the form). Other domain errors go to the error page."""
+    the input (the reason is then on the form, answered 400). Other domain errors go to the
+    error page."""
     if not form.is_valid():
         return None
     try:
         return call(form.cleaned_data)
     except DomainError as exc:
-        if exc.status not in FIXABLE:
+        if not fixable(form, exc):
             raise
         form.add_domain_error(exc)
         return None

@@ -5,6 +5,9 @@ change it."""
 
 from __future__ import annotations
 
+from datetime import UTC
+from decimal import Decimal
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -18,6 +21,7 @@ from controlplane.edge.callers import allow, can, may
 from controlplane.iam import selectors, services
 from controlplane.iam.models import ApiKey
 from controlplane.iam.resources import api_key_arn, user_arn
+from controlplane.metering.reports import usage_report
 
 from . import shown_once
 from .formkit import Form, submit
@@ -115,6 +119,9 @@ def key_list(request: HttpRequest) -> HttpResponse:
     found = found.filter(role=owner) if shown != ME else found.filter(user=owner)
     now = timezone.now()
     rows = [(k, key_status(k, now), _may_revoke(request, k)) for k in found]
+    spent = key_costs(request, now) if may(request, "billing:GetUsageReport") else None
+    for key, _, _ in rows:
+        key.spent = spent.get(key.prefix, Decimal(0)) if spent is not None else None
     if not form.is_bound:
         form = KeyForm(owners=owners, initial={"owner": shown})
     may_create = can(request, "iam:CreateApiKey", request.principal.arn)
@@ -123,6 +130,8 @@ def key_list(request: HttpRequest) -> HttpResponse:
         "web/iam/keys.html",
         {
             "rows": rows,
+            "spent": spent,
+            "month_start": now.date().replace(day=1),
             "owners": owners,
             "shown": shown,
             "shown_label": dict(owners)[shown],
@@ -137,6 +146,19 @@ def key_list(request: HttpRequest) -> HttpResponse:
         },
         status=400 if form.is_bound else 200,
     )
+
+
+def key_costs(request: HttpRequest, now) -> dict[str, Decimal]:
+    """What each of the account's API keys has spent this month (UTC), by key prefix."""
+    today = now.astimezone(UTC).date()
+    report = usage_report(
+        tenant=request.tenant, start=today.replace(day=1), end=today, group_by=("api_key",)
+    )
+    out: dict[str, Decimal] = {}
+    for line in report.lines:
+        prefix = dict(line.key).get("api_key") or ""
+        out[prefix] = out.get(prefix, Decimal(0)) + line.cost
+    return out
 
 
 def owner_arn(key) -> str:

@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlplane.audit.outcomes import note_failure
 from controlplane.edge.callers import allow, can
@@ -83,8 +83,10 @@ def members_page(request: HttpRequest, invite: InviteForm, status: int = 200) ->
 
 
 @page
-@require_POST
+@require_http_methods(["GET", "POST"])
 def member_invite(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":  # the invite form is on the members page
+        return redirect("/iam/users#invite")
     form = InviteForm(request.POST)
 
     def invite(data: dict):

@@ -134,6 +134,10 @@ class SessionForm(forms.Form):
     def __init__(self, *args, base_models=(), kms_keys=(), **kwargs) -> None:
         kwargs.setdefault("label_suffix", "")  # the labels are headings, not "Name:"
         super().__init__(*args, **kwargs)
+        self.offer(base_models=base_models, kms_keys=kms_keys)
+
+    def offer(self, *, base_models=(), kms_keys=()) -> None:
+        """The base models and KMS keys its lists offer."""
         self.fields["base_model"].widget.choices = [(m, m) for m in base_models] or [
             ("", "No base model is served right now")
         ]

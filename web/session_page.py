@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.db.models import Count, Max, Sum
 from django.http import HttpRequest, QueryDict
 
 from controlplane.edge.callers import can, may
 from controlplane.iam.resources import session_arn
 from controlplane.metering.reports import session_usage
-from controlplane.training_sessions.models import Session, TrainingModel
+from controlplane.training_sessions.models import Operation, Session, TrainingModel
 from controlplane.training_sessions.queue_status import model_queue_status, sampler_queue_status
 from controlplane.training_sessions.selectors import failure_reasons, model_replica_group
 from loopwright.types import QueueStatus
@@ -79,10 +80,30 @@ def lora_view(lora: dict) -> list[tuple[str, str]]:
     ]
 
 
+def loading(model: TrainingModel) -> dict | None:
+    """A placed model still being created: its worker loads the base model and sets up the
+    adapter, and the model's first operations wait for it. Which worker, and since when (None:
+    not loading)."""
+    if model.state != TrainingModel.State.CREATING or model.placement != model.Placement.PLACED:
+        return None
+    first = (
+        Operation.objects.filter(model=model, kind=Operation.Kind.CREATE_MODEL)
+        .order_by("seq_id")
+        .only("status", "started_at", "created_at")
+        .first()
+    )
+    return {
+        "worker": model.worker.name if model.worker else None,
+        "started": (first.started_at or first.created_at) if first else model.created_at,
+        "claimed": bool(first and first.started_at),
+    }
+
+
 def models_view(models: list[TrainingModel]) -> list[dict]:
     return [
         {
             "model": m,
+            "loading": loading(m),
             "waiting": m.placement in TrainingModel.WAITING and m.state in m.LIVE_STATES,
             "queue": model_queue_status(m),  # its place in line while it waits
             "lora": lora_view(m.lora),
@@ -122,12 +143,14 @@ def summary(request: HttpRequest, session: Session, models: list[TrainingModel])
     may_list = may(request, "sessions:ListCheckpoints", session_arn(tenant, session.id))
     checkpoints = reads.checkpoint_rows(tenant=tenant, session=session) if may_list else None
     counts = reads.operation_count(tenant=tenant, session=session)
+    shown = models_view(models)
     return {
         "failure": failure_reasons(tenant=tenant, sessions=[session]).get(session.id, ""),
-        "models": models_view(models),
+        "models": shown,
         "queued_samplers": queued_samplers(session),
         "counts": counts,
         "operations_total": sum(counts.values()),
+        "models_loading": sum(1 for m in shown if m["loading"]),
         "failovers": failovers(tenant=tenant, session=session),
         "checkpoints": checkpoints,
         "usage": session_usage(tenant=tenant, session_id=session.id),
@@ -207,3 +230,24 @@ def snippet(request: HttpRequest, session: Session, models, checkpoints) -> str:
         model=models[0] if models else None,
         checkpoint=latest,
     )
+
+
+def origin(session: Session) -> dict | None:
+    """How a session made through the SageMaker API answers there: its TrainingSessionName and
+    output path (None: made through the Tinker API or this dashboard)."""
+    from controlplane.sagemaker_sessions.selectors import display_name, record_of
+
+    record = record_of(session)
+    if record is None:
+        return None
+    return {"name": display_name(session), "output_path": record.output_path}
+
+
+def recordings(session: Session) -> dict | None:
+    """The sampled sequences the session keeps for training requests to cite
+    (``record_stability_info``): how many sample requests, their size, until when the last may
+    be cited (None: none kept)."""
+    found = session.recordings.aggregate(
+        requests=Count("id"), size=Sum("size_bytes"), until=Max("expires_at")
+    )
+    return found if found["requests"] else None

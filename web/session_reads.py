@@ -9,13 +9,17 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
 
 from controlplane.metering.models import TOKEN_METERS, UsageRecord
+from controlplane.metering.reports import usage_report
 from controlplane.registry.models import ModelPackage
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
+from controlplane.training_sessions.queue_status import model_queue_status
 from controlplane.training_sessions.selectors import failure_reasons
 
 from .charts import Series
@@ -32,6 +36,8 @@ class SessionRow:
     operations: int
     tokens: int
     failure: str = ""  # why a failed session failed
+    cost: Decimal = Decimal(0)  # everything it used, priced when it was used
+    queue: object = None  # its waiting model's place in the placement queue (a QueueStatus)
 
 
 def live_session_count(*, tenant: Tenant) -> int:
@@ -69,10 +75,62 @@ def session_rows(
         .values_list("session_id", "q")
     )
     reasons = failure_reasons(tenant=tenant, sessions=sessions)
+    costs = session_costs(tenant=tenant, ids=ids)
+    queued = session_queues(tenant=tenant, ids=ids)
     return [
-        SessionRow(s, bases[s.id], s.n_ops, tokens.get(s.id) or 0, reasons.get(s.id, ""))
+        SessionRow(
+            s,
+            bases[s.id],
+            s.n_ops,
+            tokens.get(s.id) or 0,
+            reasons.get(s.id, ""),
+            costs.get(s.id, Decimal(0)),
+            queued.get(s.id),
+        )
         for s in sessions
     ]
+
+
+def session_queues(*, tenant: Tenant, ids: list[str]) -> dict:
+    """The place in the placement queue of each session's first model that waits for a
+    worker (sessions none of whose models wait are left out)."""
+    waiting = (
+        TrainingModel.objects.filter(
+            tenant=tenant,
+            session_id__in=ids,
+            worker__isnull=True,
+            placement__in=TrainingModel.WAITING,
+            state__in=TrainingModel.LIVE_STATES,
+        )
+        .select_related("session")
+        .order_by("created_at")
+    )
+    out: dict = {}
+    for model in waiting:
+        if model.session_id not in out and (status := model_queue_status(model)) is not None:
+            out[model.session_id] = status
+    return out
+
+
+def session_costs(*, tenant: Tenant, ids: list[str]) -> dict[str, Decimal]:
+    """What each of the sessions ``ids`` has cost so far, priced as the bill prices it."""
+    first = (
+        UsageRecord.objects.filter(tenant=tenant, session_id__in=ids)
+        .aggregate(at=Min("occurred_at"))["at"]
+    )  # fmt: skip
+    if first is None:
+        return {}
+    report = usage_report(
+        tenant=tenant,
+        start=first.date(),
+        end=timezone.now().date(),
+        group_by=("session",),
+        session_in=ids,
+    )
+    out: dict[str, Decimal] = defaultdict(Decimal)
+    for line in report.lines:
+        out[dict(line.key)["session"]] += line.cost
+    return out
 
 
 # -- one session -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ separators, durations, human meter names, and a dash for nothing (never ``None``
 from __future__ import annotations
 
 import math
+import re
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from controlplane.metering.models import Meter
@@ -87,3 +88,26 @@ def plural(n: int, word: str) -> str:
 
 def meter_name(meter: str) -> str:
     return METER_NAMES.get(meter, meter.replace("_", " "))
+
+
+_WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|_")
+
+
+def label(value: object) -> str:
+    """A stored value in words: ``PendingManualApproval`` → "Pending manual approval",
+    ``PendingDeletion`` → "Pending deletion", ``training_state`` → "Training state"."""
+    if value is None or value == "":
+        return NOTHING
+    words = _WORD.sub(" ", str(value)).split()
+    text = " ".join(w if w.isupper() and len(w) > 1 else w.lower() for w in words)
+    return text[:1].upper() + text[1:]
+
+
+def storage(uri: str | None) -> str:
+    """Where a checkpoint's files are, as its owner may see it: their own bucket's URI; the
+    service's own storage is not described (its folders are the server's business)."""
+    if not uri:
+        return NOTHING
+    if uri.startswith("s3://"):
+        return uri
+    return "The service’s own storage"

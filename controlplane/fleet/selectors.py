@@ -9,9 +9,11 @@ from .services import live_workers
 
 
 def served_base_models() -> list[BaseModel]:
-    """Base models at least one live worker serves, by name."""
+    """Base models at least one live worker serves, by name; without their tokenizer files
+    (megabytes of JSON a base model's row carries, read only when asked for)."""
     names = live_workers().values_list("base_model_id", flat=True).distinct()
-    return list(BaseModel.objects.filter(name__in=names).order_by("name"))
+    rows = BaseModel.objects.filter(name__in=names).defer("tokenizer_files")
+    return list(rows.order_by("name"))
 
 
 def base_model_get(name: str) -> BaseModel | None:

@@ -17,12 +17,16 @@ from .actions import ACTIONS
 from .evaluation import AccessRequest, Decision, evaluate
 from .principals import Principal
 
-READ_PREFIXES = ("Get", "List", "Describe", "Retrieve", "LookupEvents")
+READ_PREFIXES = ("Get", "List", "Describe", "Retrieve", "LookupEvents", "Download")
+# a key's use changes nothing (as CloudTrail records KMS's cryptographic operations: read-only)
+READ_ACTIONS = frozenset({"kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey"})
 
 
 def is_mutating(action: str) -> bool:
+    """Whether ``action`` changes something (a write in the audit log); reading, downloading
+    and using a key do not."""
     name = action.partition(":")[2]
-    return not name.startswith(READ_PREFIXES)
+    return not (name.startswith(READ_PREFIXES) or action in READ_ACTIONS)
 
 
 def client_ip(request) -> str | None:
@@ -119,7 +123,7 @@ def authorize(
         principal, action, resource, request=request, context=context, audit_allowed=audit_allowed
     )
     if not decision.allowed:
-        raise _denied(principal.arn, action, resource, decision)
+        raise denial(principal.arn, action, resource, decision)
     return decision
 
 
@@ -128,11 +132,12 @@ def enforce(decision: Decision, event: AuditEvent) -> Decision:
     ``AccessDenied`` (403) as ``authorize`` does."""
     audit_save(event)
     if not decision.allowed:
-        raise _denied(event.principal, event.action, event.resource, decision)
+        raise denial(event.principal, event.action, event.resource, decision)
     return decision
 
 
-def _denied(principal: str, action: str, resource: str, decision: Decision) -> AccessDenied:
+def denial(principal: str, action: str, resource: str, decision: Decision) -> AccessDenied:
+    """The 403 of a refused decision, naming the principal, the action and the resource."""
     return AccessDenied(
         f"{principal} is not authorized to perform {action} on {resource}: {decision.reason}"
     )

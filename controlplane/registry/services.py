@@ -189,9 +189,21 @@ def package_create(
     return package
 
 
-def package_register(*, operation: Operation) -> ModelPackage:
+def is_sampler_only(operation: Operation) -> bool:
+    """A save made only to sample from: the ephemeral sampler weights of
+    ``save_weights_and_get_sampling_client`` (``save_weights_for_sampler`` with a
+    ``sampling_session_seq_id`` and no path), which open their sampler themselves and expire
+    with their time-to-live."""
+    return bool(operation.plan.get("sampler_id"))
+
+
+def package_register(*, operation: Operation) -> ModelPackage | None:
     """A finished save's checkpoint becomes the next version of the session's group (or of the
-    run's own group, ``run-<model id>``), with its run, step, metrics and lineage."""
+    run's own group, ``run-<model id>``), with its run, step, metrics and lineage. A save made
+    only to sample from is no version (None): it stays reachable by its ``tinker://`` path
+    until its time-to-live ends, and the registry holds what people save to keep."""
+    if is_sampler_only(operation):
+        return None
     spec = operation.plan["checkpoint"]
     checkpoint = Checkpoint.objects.select_related("tenant", "model__session").get(
         tinker_path=spec["tinker_path"]

@@ -1,4 +1,4 @@
-"""Every save is a versioned model package: numbering, groups, approvals under IAM, lineage,
+"""Every save but an ephemeral sampler's is a versioned model package: numbering, groups, approvals under IAM, lineage,
 loading and sampling by a version's ARN, expiry and concurrent numbering."""
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def versions(person: Person, group: str, **params) -> dict:
     return r.json()
 
 
-def test_saves_register_numbered_versions_in_the_runs_group(alice: Person, runtime) -> None:
+def test_saves_register_numbered_versions_in_the_runs_group(
+    alice: Person, charlie: Person, runtime
+) -> None:
     run = Run(alice, runtime, session(alice))
     group = f"run-{run.id}"
     run.train()
@@ -98,29 +100,38 @@ def test_saves_register_numbered_versions_in_the_runs_group(alice: Person, runti
     described = alice.get(f"{GROUPS}/{group}").json()
     assert described["version_count"] == 3 and described["latest_version"] == 3
 
-    # ephemeral sampler weights are a version that expires with its checkpoint
+    # ephemeral sampler weights (saved only to sample from) are no version: reachable by their
+    # tinker:// path, in the owner's account alone, until their time-to-live ends
     eph = run.run("save_weights_for_sampler", sampling_session_seq_id=0)
     assert eph["sampling_session_id"]
-    v4 = alice.get(f"{GROUPS}/{group}/versions/4").json()
-    assert v4["kind"] == "sampler_weights" and v4["expires_at"] is not None
-    past = timezone.now() - timedelta(seconds=1)
-    Checkpoint.objects.filter(tinker_path=v4["tinker_path"]).update(expires_at=past)
-    ModelPackage.objects.filter(group__name=group, version=4).update(expires_at=past)
-    assert sweep()["expired_packages"] == [version_arn(alice, group, 4)]
+    [ephemeral] = Checkpoint.objects.filter(model_id=run.id, name__startswith="ephemeral-")
+    path = ephemeral.tinker_path
+    assert ephemeral.expires_at is not None
     assert alice.get(f"{GROUPS}/{group}/versions/4").status_code == 404
+    assert versions(alice, group)["cursor"]["total_count"] == 3
+    by_path = f"registry/model-packages/by-path?path={quote(path, safe='')}"
+    assert alice.get(by_path).status_code == 404
+    assert not ModelPackage.objects.filter(tinker_path=path).exists()
+    assert alice.post("weights_info", {"tinker_path": path}).status_code == 200
+    assert charlie.post("weights_info", {"tinker_path": path}).status_code == 404
+    assert charlie.get(by_path).status_code == 404
+    assert charlie.get(f"{GROUPS}/{group}").status_code == 404
+    Checkpoint.objects.filter(tinker_path=path).update(expires_at=timezone.now() - timedelta(1))
+    assert sweep()["expired_checkpoints"] == [path]
+    assert alice.post("weights_info", {"tinker_path": path}).status_code == 404
 
     # deleting: a version; a group only when empty or forced; numbers are never reused
     assert alice.client.delete(f"/api/v1/{GROUPS}/{group}/versions/3").status_code == 204
     assert alice.get(f"{GROUPS}/{group}/versions/3").status_code == 404
     run.run("save_weights", path="d")
-    assert versions(alice, group)["model_packages"][0]["version"] == 5
+    assert versions(alice, group)["model_packages"][0]["version"] == 4
     r = alice.client.delete(f"/api/v1/{GROUPS}/{group}")
     assert r.status_code == 409 and r.json()["field"] == "force"
     r = alice.client.delete(f"/api/v1/{GROUPS}/{group}?force=yes")
     assert r.status_code == 400 and r.json()["field"] == "force"
     assert alice.client.delete(f"/api/v1/{GROUPS}/{group}?force=true").status_code == 204
     assert alice.get(f"{GROUPS}/{group}").status_code == 404
-    assert Checkpoint.objects.filter(model_id=run.id).count() == 4  # the weights stay
+    assert Checkpoint.objects.filter(model_id=run.id).count() == 4  # the weights stay (a, b, c, d)
 
 
 def test_groups_are_validated_and_listed(alice: Person) -> None:

@@ -112,3 +112,51 @@ def too_wide(page) -> list[str]:
     if found["scroll"] > found["width"]:
         problems.append(f"the page scrolls sideways: {found['scroll']} > {found['width']}")
     return problems
+
+
+def _axe_source() -> str:
+    """axe-core's script, as the axe-playwright-python package ships it (installed with the
+    development dependencies: nothing is fetched while the tests run)."""
+    from importlib.resources import files
+
+    return (files("axe_playwright_python") / "axe.min.js").read_text(encoding="utf-8")
+
+
+# axe-core's WCAG 2.x A and AA rules and its best practices, on the whole document
+_AXE_RUN = """async () => {
+  const result = await axe.run(document, {
+    runOnly: {type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]},
+    resultTypes: ["violations"],
+  });
+  return result.violations.map(v => ({
+    id: v.id, impact: v.impact, help: v.help,
+    nodes: v.nodes.slice(0, 5).map(n => n.target.join(" ") + ": " + (n.failureSummary || "").split("\\n").slice(1, 2).join("")),
+  }));
+}"""
+
+
+def axe_violations(
+    page,
+    impacts: tuple[str, ...] = ("serious", "critical"),
+    rules: tuple[str, ...] = ("heading-order",),
+) -> list[dict]:
+    """axe-core's violations on ``page`` of the given impacts, and of the given rules whatever
+    their impact (empty: none). The script runs in the page's own context through the DevTools
+    protocol, which the page's CSP does not govern."""
+    page.wait_for_load_state("load")
+    if not page.evaluate("() => typeof axe !== 'undefined'"):
+        page.evaluate(_axe_source() + "\n;undefined")
+    return [v for v in page.evaluate(_AXE_RUN) if v["impact"] in impacts or v["id"] in rules]
+
+
+def load_seconds(page) -> float:
+    """How long the page's last navigation took, from its start to the end of its load event
+    (the browser's Navigation Timing)."""
+    page.wait_for_load_state("load")
+    return (
+        page.evaluate(
+            "() => { const n = performance.getEntriesByType('navigation')[0];"
+            " return (n.loadEventEnd || n.responseEnd) - n.startTime; }"
+        )
+        / 1000
+    )

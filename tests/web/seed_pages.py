@@ -14,13 +14,21 @@ from controlplane.fleet.services import worker_register
 from controlplane.iam.provisioning import account_create
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import invitation_create, membership_add, user_create
-from controlplane.training_sessions.models import Operation, Recovery, Session
+from controlplane.training_sessions.models import (
+    Operation,
+    RecordedSample,
+    Recovery,
+    Session,
+)
 from tests.fleet import registration
 
 from .conftest import BASE_MODEL, PASSWORD, finish, operation, train_tokens
 from .test_browser_pages import seed as seed_resources
 from .test_pages_sessions import new_session
 
+LONG_GROUP = "run-model-8f14e45fceea167a5a36dedd4bea2543-1c383cd30b7c298a"
+LONG_ALIAS = "alias/production-checkpoints-of-the-research-team-in-eu-west-1"
+LONG_EMAIL = "maximilian.alexander-hamilton@research-laboratory.example.com"
 FB, STEP = Operation.Kind.FORWARD_BACKWARD, Operation.Kind.OPTIM_STEP
 
 
@@ -91,6 +99,29 @@ def _seed(tmp_path) -> Seeded:
         actor=user_arn(tenant, "alice@example.com"),
         acting_membership=owner,
     )
+    # names as long as real ones get: a run's own group, a key alias, a member's e-mail
+    from controlplane.kms import services as kms
+
+    from .test_pages_registry import seed_versions
+
+    seed_versions(alice, LONG_GROUP, 1, tmp_path / "long")
+    kms.key_create(tenant=tenant, actor="test", alias=LONG_ALIAS, description="checkpoints")
+    long = user_create(email=LONG_EMAIL, password=PASSWORD)
+    membership_add(tenant=tenant, user=long, role=Membership.Role.ADMIN)
+    # a session made through the SageMaker API whose model is still loading on gpu0, keeping
+    # the sequences of a sample request for training requests to cite
+    from controlplane.sagemaker_sessions.services import training_session_create
+
+    nightly = training_session_create(
+        tenant=tenant, actor=alice.role_arn, name="nightly-rl", base_model=BASE_MODEL,
+        lora={"rank": 8}, platform={"role_arn": alice.role_arn}, tags=None,
+        base_model_arn="arn:aws:sagemaker:::hub-content/base", output_path="s3://acme/out",
+    )  # fmt: skip
+    RecordedSample.objects.create(
+        id="op-recorded", tenant=tenant, session=nightly, prompt=b"\0" * 8, tokens=b"\0" * 64,
+        logprobs=b"\0" * 64, lengths=[8, 8], size_bytes=136, expiries=[0, 0],
+        expires_at=timezone.now() + timedelta(days=1),
+    )  # fmt: skip
     account_create(
         email="charlie@example.com", password=PASSWORD, tenant_name="other", key_name="x"
     )

@@ -154,7 +154,9 @@ def test_csv_is_the_apis(alice) -> None:
     seed_usage(alice.tenant)
     r = alice.get("/billing/usage.csv", MARCH | {"group_by": ["day", "meter"]})
     assert r.status_code == 200 and r["Content-Type"] == "text/csv; charset=utf-8"
-    assert r["Content-Disposition"] == 'attachment; filename="usage-2025-03-01-2025-03-31.csv"'
+    assert r["Content-Disposition"] == (
+        'attachment; filename="usage-by-day-and-meter-2025-03-01-to-2025-03-31.csv"'
+    )
     api = APIClient()
     api.credentials(HTTP_X_API_KEY=alice.api_key)
     expected = api.get("/api/v1/billing/usage", MARCH | {"group_by": "day,meter", "format": "csv"})
@@ -191,3 +193,17 @@ def test_chart_numbers_round_before_their_unit_and_flat_series_draw() -> None:
     ]
     # a series flat but for float noise once made the tick loop spin for ever
     assert nice_ticks(1.0, 1.0000000000000002) == [1.0, 1.25, 1.5, 1.75, 2.0]
+
+
+def test_each_csv_export_has_a_name_of_its_own_with_its_period(alice, charlie) -> None:
+    names = set()
+    for group_by in (["day"], ["session"], ["day", "meter"], []):
+        r = alice.get("/billing/usage.csv", MARCH | {"group_by": group_by})
+        assert r.status_code == 200
+        names.add(r["Content-Disposition"])
+    assert names == {
+        f'attachment; filename="usage-{what}-2025-03-01-to-2025-03-31.csv"'
+        for what in ("by-day", "by-session", "by-day-and-meter", "total")
+    }
+    other = charlie.get("/billing/usage.csv", MARCH | {"group_by": ["session"]})
+    assert other.content.decode() == "session,quantity,cost,currency\n"  # none of acme's

@@ -518,3 +518,27 @@ def test_access_keys_are_shown_once_sign_and_are_revoked(alice, bob, charlie) ->
     assert r.status_code == 302 and "revoked" in alice.get("/iam/access-keys").content.decode()
     with pytest.raises(SigV4Error):
         caller_of(as_django(signed(key_id, secret)))
+
+
+def test_the_keys_page_shows_what_each_key_spent_this_month(alice, charlie) -> None:
+    from datetime import UTC, datetime
+
+    from controlplane.iam.models import ApiKey
+    from controlplane.metering.models import Meter, UsageRecord
+    from controlplane.metering.rollup import usage_rows_write
+
+    from .test_pages_billing import BASE, prices
+
+    prices()
+    key = ApiKey.objects.filter(user=alice.user).first()
+    row = UsageRecord(
+        tenant=alice.tenant, session_id="sess-a", base_model=BASE, meter=Meter.TRAIN_TOKENS,
+        quantity=1_000_000, occurred_at=datetime.now(UTC), api_key=key.prefix,
+    )  # fmt: skip
+    usage_rows_write([row])
+    html = alice.get("/iam/keys").content.decode()
+    assert "Spent since" in html
+    after = html[html.index(f"<code>{key.prefix}</code>") :]
+    spent = re.search(r'<a href="/billing\?api_key=' + key.prefix + r'">(\$[\d.,]+)</a>', after)
+    assert spent and spent.group(1) == "$0.30", spent  # a million training tokens at $0.30
+    assert key.prefix not in charlie.get("/iam/keys").content.decode()

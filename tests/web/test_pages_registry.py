@@ -212,3 +212,27 @@ def test_a_versions_step_is_its_runs_optimizer_step_and_its_values_read_well(
     assert "None" not in page.split("<main", 1)[1]
     assert "adapter-with-optimizer.tar.gz" in page
     assert charlie.get("/registry/groups/my-rl/versions/2").status_code == 404
+
+
+def test_a_version_shows_words_not_stored_values_nor_the_servers_folders(
+    alice, charlie, versions, settings
+) -> None:
+    v1, v2 = versions
+    ModelPackage.objects.filter(pk=v1.pk).update(
+        storage_uri=f"file://{settings.STORAGE_DIR}/{alice.tenant.pk}/{v1.model_id}/weights/step-1"
+    )
+    ModelPackage.objects.filter(pk=v2.pk).update(storage_uri="s3://acme-ckpt/loopwright/v2")
+    page = alice.get(f"/registry/groups/my-rl/versions/{v1.version}")
+    html = page.content.decode()
+    main = html[html.index("<main") :]
+    assert page.status_code == 200
+    assert "The service’s own storage" in main
+    assert str(settings.STORAGE_DIR) not in html and "file://" not in html
+    assert ">Pending manual approval<" in main and ">PendingManualApproval<" not in main
+    assert "Training state" in main
+    s3 = alice.get(f"/registry/groups/my-rl/versions/{v2.version}").content.decode()
+    assert "<code>s3://acme-ckpt/loopwright/v2</code>" in s3  # the owner's own bucket is shown
+    listing = alice.get("/registry/groups/my-rl").content.decode()
+    assert ">Pending manual approval</span>" in listing
+    assert '<option value="PendingManualApproval" >Pending manual approval</option>' in listing
+    assert charlie.get(f"/registry/groups/my-rl/versions/{v1.version}").status_code == 404

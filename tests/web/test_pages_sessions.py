@@ -249,8 +249,10 @@ def test_a_failed_model_does_not_fail_a_session_that_already_runs(alice, charlie
 
 
 def test_another_tenants_role_is_not_found_on_the_role_field(alice, charlie, worker):
+    # input to fix, not a missing page: the form again, 400, the reason under the field
     page = alice.post("/sessions/new", form(alice, role_arn=charlie.role_arn))
-    assert page.status_code == 404 and 'id="id_role_arn_error"' in page.content.decode()
+    assert page.status_code == 400 and 'id="id_role_arn_error"' in page.content.decode()
+    assert "no role" in page.content.decode()
     assert not Session.objects.exists()
 
 
@@ -745,3 +747,88 @@ def test_session_page_shows_a_waiting_model_and_sampler_in_the_placement_queue(
     assert "Network</dt><dd>subnet-0a1b2c3d with sg-0a1b2c3d</dd>" in html
     assert charlie.get(f"/sessions/{session.id}").status_code == 404
     assert charlie.get(f"/sessions/{open_session.id}").status_code == 404
+    # the list says which sessions wait, and their place
+    listing = " ".join(alice.get("/sessions").content.decode().split())
+    assert listing.count("queued: 1 of 1 waiting for a worker") == 1
+    assert "queued:" not in charlie.get("/sessions").content.decode()
+
+
+def test_the_first_step_shows_that_the_model_is_loading(alice, charlie, worker):
+    from controlplane.fleet.services import Fence
+    from controlplane.operations import claim, complete
+
+    session = services.session_create(
+        tenant=alice.tenant, name="loading", platform={"role_arn": alice.role_arn}
+    )
+    create = training.model_create(
+        tenant=alice.tenant, session_id=session.id, model_seq_id=0, base_model=BASE_MODEL,
+        lora={"rank": 8},
+    )  # fmt: skip
+    model = TrainingModel.objects.get(pk=create.model_id)
+    operation(model, FB, 1, train_tokens(16))
+    html = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Loading the model</strong> on worker gpu0, about to start" in html
+    assert '<a href="#model-loading">the model is loading</a>' in html
+    create.refresh_from_db()
+    fence = Fence(create.worker.pk, create.worker.generation)
+    assert claim.claim(create, fence)
+    live = alice.get(f"/sessions/{session.id}?part=summary", HTTP_X_FRAGMENT="1").content.decode()
+    assert '1 pending · 1 running · <a href="#model-loading">the model is loading</a>' in live
+    assert re.search(r"Loading the model</strong> on worker gpu0, for \d+", live)
+    assert charlie.get(f"/sessions/{session.id}").status_code == 404
+    complete.complete(create, {}, fence)
+    done = alice.get(f"/sessions/{session.id}").content.decode()
+    assert "Loading the model" not in done and "the model is loading" not in done
+
+
+def test_a_session_page_shows_its_sagemaker_name_and_its_recorded_sequences(alice, charlie, worker):
+    from datetime import timedelta
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from controlplane.sagemaker_sessions.services import training_session_create
+    from controlplane.training_sessions.models import RecordedSample
+
+    with transaction.atomic():
+        made = training_session_create(
+            tenant=alice.tenant, actor=alice.role_arn, name="nightly-rl", base_model=BASE_MODEL,
+            lora={"rank": 8}, platform={"role_arn": alice.role_arn}, tags=None,
+            base_model_arn="arn:aws:sagemaker:::hub-content/x", output_path="s3://acme/out",
+        )  # fmt: skip
+    html = alice.get(f"/sessions/{made.id}").content.decode()
+    assert "through the SageMaker API" in html and "<code>nightly-rl</code>" in html
+    assert "<code>s3://acme/out</code>" in html
+    assert "Recorded sequences</dt><dd>none kept" in html
+    until = timezone.now() + timedelta(days=1)
+    RecordedSample.objects.create(
+        id="op-1", tenant=alice.tenant, session=made, prompt=b"\0" * 8, tokens=b"\0" * 4000,
+        logprobs=b"\0" * 4000, lengths=[500, 500], size_bytes=8008, expiries=[0, 0],
+        expires_at=until,
+    )  # fmt: skip
+    html = alice.get(f"/sessions/{made.id}").content.decode()
+    assert "1 sample request kept for training requests to cite (7.8\xa0KB" in html
+    plain, _ = new_session(alice, "tinker-run")
+    other = alice.get(f"/sessions/{plain.id}").content.decode()
+    assert "SageMaker" not in other
+    listing = alice.get("/sessions").content.decode()
+    assert listing.count('title="made through the SageMaker API">SageMaker</span>') == 1
+    assert charlie.get(f"/sessions/{made.id}").status_code == 404
+
+
+def test_the_session_list_shows_what_each_run_cost(alice, charlie, worker):
+    from datetime import UTC, datetime
+
+    from controlplane.metering.models import Meter
+
+    from .test_pages_billing import prices, usage
+
+    prices()
+    paid, _ = new_session(alice, "paid-run")
+    new_session(alice, "free-run")
+    usage(alice.tenant, paid.id, BASE_MODEL, Meter.TRAIN_TOKENS, 2_000_000, datetime.now(UTC))
+    html = alice.get("/sessions").content.decode()
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r'>(paid-run|free-run)</a>.*?<td class="num">(\$[\d.,]+)</td>', html, re.S)}  # fmt: skip
+    assert rows == {"paid-run": "$0.60", "free-run": "$0.00"}, rows
+    assert "paid-run" not in charlie.get("/sessions").content.decode()

@@ -266,9 +266,16 @@ def usage_csv(request: HttpRequest) -> HttpResponse:
         tenant=request.tenant, start=start, end=end, group_by=group_by, meters=meters, **filters
     )
     response = HttpResponse(report.as_csv(), content_type="text/csv; charset=utf-8")
-    name = f"usage-{start.isoformat()}-{end.isoformat()}.csv"
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    response["Content-Disposition"] = f'attachment; filename="{csv_name(group_by, start, end)}"'
     return response
+
+
+def csv_name(group_by: tuple[str, ...], start, end) -> str:
+    """A file name saying what the export holds and for when, so that two exports can sit side
+    by side: ``usage-by-day-and-meter-2025-03-01-to-2025-03-31.csv``,
+    ``usage-by-session-…``, ``usage-total-…``."""
+    what = "by-" + "-and-".join(group_by) if group_by else "total"
+    return f"usage-{what}-{start.isoformat()}-to-{end.isoformat()}.csv"
 
 
 urlpatterns = [

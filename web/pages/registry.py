@@ -22,7 +22,7 @@ from ..formkit import Form, page_number, submit
 from ..login_required import page
 from ..session_ops import step_counter
 from ..session_page import lora_view
-from ..values import number
+from ..values import label, number
 
 PER_PAGE = 50
 MAX_VERSION = 2**31 - 1
@@ -39,7 +39,7 @@ class GroupForm(Form):
 
 class ApprovalForm(Form):
     approval_status = forms.ChoiceField(
-        label="Decision", choices=[(s, s) for s in services.APPROVAL_STATUSES]
+        label="Decision", choices=[(s, label(s)) for s in services.APPROVAL_STATUSES]
     )
     approval_description = forms.CharField(
         label="Note",
@@ -237,7 +237,9 @@ def version_approval(request: HttpRequest, name: str, version: int) -> HttpRespo
     )
     if updated is None:
         return _version_page(request, package, form, status=400)
-    messages.success(request, f"Version {version} of {name} is now {updated.approval_status}.")
+    messages.success(
+        request, f"Version {version} of {name} is now {label(updated.approval_status)}."
+    )
     if request.POST.get("back") == "group":
         return redirect(f"/registry/groups/{name}")
     return redirect(f"/registry/groups/{name}/versions/{version}")

@@ -15,11 +15,17 @@ from django.utils import timezone
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.edge.callers import allow, is_fragment, may
-from controlplane.errors import DomainError
+from controlplane.audit.models import AuditEvent
+from controlplane.audit.services import audit_save
+from controlplane.edge.callers import allow, can, is_fragment
+from controlplane.edge.callers import may as _may
+from controlplane.errors import AccessDenied, DomainError
 from controlplane.fleet.selectors import served_base_models
+from controlplane.iam.access import decide, denial, enforce
+from controlplane.iam.models import SESSIONS_SERVICE
 from controlplane.iam.resources import model_arn, model_package_group_arn, session_arn
-from controlplane.iam.selectors import roles
+from controlplane.iam.selectors import role_by_arn, roles
+from controlplane.iam.services import trust_required
 from controlplane.iam.sessions import session_role
 from controlplane.kms.selectors import key_list, key_resolve
 from controlplane.operations import training
@@ -80,10 +86,16 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 # -- creating one ------------------------------------------------------------------------------
-def _choices(request: HttpRequest) -> dict:
-    """What the form offers, each list only where the principal may read it."""
+def _choices(request: HttpRequest, *, audited: bool = True) -> dict:
+    """What the form offers, each list only where the principal may read it (``audited``:
+    the page's reads are recorded; the form shown again after a submit records none)."""
     tenant = request.tenant
-    allow(request, "sessions:ListBaseModels")
+    may = _may if audited else can
+    if audited:
+        allow(request, "sessions:ListBaseModels")
+    elif not can(request, "sessions:ListBaseModels"):
+        return {"base_models": [], "roles": [], "kms_keys": [], "groups": [], "subnets": [],
+                "locations": []}  # fmt: skip
     out: dict = {"base_models": [m.name for m in served_base_models()]}
     out["roles"] = list(roles(tenant=tenant)) if may(request, "iam:ListRoles") else []
     out["kms_keys"] = key_list(tenant=tenant) if may(request, "kms:ListKeys") else []
@@ -108,24 +120,53 @@ def _choices(request: HttpRequest) -> dict:
     return out
 
 
-def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
-    """What the API's create_session then create_model do, authorized the same way; the
-    session and its model are made together or not at all."""
+def _decisions(request: HttpRequest, form: SessionForm):
+    """Every decision creating the session takes, made but not yet recorded (creating the
+    session, passing its role, using its key, creating its model), the role and what the
+    services are given."""
     tenant = request.tenant
     req, lora_config, base_model, replicas = form.wire()
-    allow(request, "sessions:CreateTrainingSession", session_arn(tenant, "*"))
-    role = session_role(request.principal, req.role_arn, request=request)
+    principal = request.principal
+    checks = [
+        decide(
+            principal, "sessions:CreateTrainingSession", session_arn(tenant, "*"), request=request
+        )
+    ]
+    if not req.role_arn and principal.role is None:
+        session_role(principal, None)  # raises its error: the role is required
+    role = role_by_arn(tenant=tenant, arn=req.role_arn or principal.role.arn)
+    passed = {"iam:PassedToService": SESSIONS_SERVICE}
+    checks.append(decide(principal, "iam:PassRole", role.arn, request=request, context=passed))
     if req.kms_key_arn:
         key = key_resolve(tenant=tenant, ref=req.kms_key_arn, field="kms_key_arn")
-        allow(request, "kms:DescribeKey", key.arn)
+        checks.append(decide(principal, "kms:DescribeKey", key.arn, request=request))
     lora = lora_config.model_dump(mode="json")
     lora.pop("type", None)
-    allow(
-        request,
-        "sessions:CreateModel",
-        model_arn(tenant, "*"),
-        **training.create_model_conditions(base_model=base_model, lora=lora, replicas=replicas),
+    conditions = training.create_model_conditions(
+        base_model=base_model, lora=lora, replicas=replicas
     )
+    checks.append(
+        decide(principal, "sessions:CreateModel", model_arn(tenant, "*"), request=request,
+               context=conditions)
+    )  # fmt: skip
+    return checks, role, (req, lora, base_model, replicas)
+
+
+def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
+    """What the API's create_session then create_model do, authorized the same way; the
+    session and its model are made together or not at all.
+
+    One submit is one entry in the audit log until it succeeds: a refused decision alone (the
+    first, which the answer names) when one is refused; else the creation, settled by the
+    answer (created, or failed with the service's reason). The decisions it took besides are
+    recorded once it is done."""
+    tenant = request.tenant
+    checks, role, (req, lora, base_model, replicas) = _decisions(request, form)
+    refused = next(((d, e) for d, e in checks if not d.allowed), None)
+    if refused is not None:
+        enforce(*refused)  # records it and raises its 403
+    enforce(*checks[0])
+    trust_required(role, SESSIONS_SERVICE)
     platform = {k: getattr(req, k) for k in services.PLATFORM_FIELDS} | {"role_arn": role.arn}
     with transaction.atomic():
         session = services.session_create(
@@ -139,35 +180,49 @@ def session_create_from(request: HttpRequest, form: SessionForm) -> Session:
             lora=lora,
             replicas=replicas,
         )
+    for _, event in checks[1:]:
+        event.outcome = AuditEvent.Outcome.SUCCEEDED
+        audit_save(event)
     return session
+
+
+def _refuse_unless_can(request: HttpRequest, action: str, resource: str) -> None:
+    """The plain refusal page, up front, for a form the caller could not submit. Viewing the
+    form is not trying: a refused view is not recorded; a refused submit is, once."""
+    decision, event = decide(request.principal, action, resource, request=request)
+    if not decision.allowed:
+        if request.method == "POST":
+            enforce(decision, event)
+        raise denial(event.principal, action, resource, decision)
 
 
 @page
 @require_http_methods(["GET", "POST"])
 def session_new(request: HttpRequest) -> HttpResponse:
-    choices = _choices(request)
-    initial = {}
-    default_role = next((r for r in choices["roles"] if r.name == "LoopwrightSessionRole"), None)
-    if default_role is not None:
-        initial["role_arn"] = default_role.arn
-    form = SessionForm(
-        request.POST if request.method == "POST" else None,
-        initial=initial,
-        base_models=choices["base_models"],
-        kms_keys=choices["kms_keys"],
-    )
+    _refuse_unless_can(request, "sessions:CreateTrainingSession", session_arn(request.tenant, "*"))
+    form = SessionForm(request.POST if request.method == "POST" else None)
     status = 200
     if request.method == "POST":
         status = 400
         if form.is_valid():
             try:
                 session = session_create_from(request, form)
+            except AccessDenied:
+                raise  # the plain refusal page
             except DomainError as exc:
+                # the service refused the input: the form again with its reason on the field
+                # it names (a role or key that is not there is input to fix too)
                 add_domain_error(form, exc, SessionForm.FIELDS)
-                status = exc.status
+                status = 400 if exc.status == 404 else exc.status
             else:
                 messages.success(request, f"Session {session.id} created; its model is starting.")
                 return redirect(f"/sessions/{session.id}")
+    # what the form offers: read for the page, once a submit is answered (no part of it)
+    choices = _choices(request, audited=request.method == "GET")
+    form.offer(base_models=choices["base_models"], kms_keys=choices["kms_keys"])
+    default_role = next((r for r in choices["roles"] if r.name == "LoopwrightSessionRole"), None)
+    if default_role is not None and not form.is_bound:
+        form.initial["role_arn"] = default_role.arn
     idle_minutes = settings.SESSION_IDLE_TIMEOUT_SECONDS // 60
     now = timezone.now()
     book = price_book()
@@ -221,6 +276,8 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         context |= sp.stop_state(request, session) | {
             "try_form": try_it.TryForm(names=try_it.model_names(session)),
             "platform": session.platform,
+            "origin": sp.origin(session),
+            "recordings": sp.recordings(session),
             "refresh": {name: f"{base}part={name}" for name in PARTS},
             "snippet": sp.snippet(request, session, models, context.get("checkpoints")),
         }

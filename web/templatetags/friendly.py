@@ -1,5 +1,6 @@
 """Template filters for friendly values: ``{{ cost|usd }}``, ``{{ n|tokens }}``,
-``{{ loss|number }}``, ``{{ meter|meter_name }}``, ``{{ s|seconds }}``."""
+``{{ loss|number }}``, ``{{ meter|meter_name }}``, ``{{ s|seconds }}``, ``{{ status|label }}``,
+``{{ uri|storage }}``."""
 
 from __future__ import annotations
 
@@ -13,3 +14,5 @@ register.filter("tokens", values.tokens)
 register.filter("number", values.number)
 register.filter("meter_name", values.meter_name)
 register.filter("seconds", values.seconds)
+register.filter("label", values.label)
+register.filter("storage", values.storage)
