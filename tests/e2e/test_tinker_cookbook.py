@@ -145,7 +145,7 @@ def test_math_rl_recipe_on_its_defaults_raises_reward(smol_stack, client_env, tm
         text=True,
         env=env,
         cwd=cwd,
-        timeout=1500,
+        timeout=2000,
         check=False,
     )
     assert out.returncode == 0, out.stderr[-6000:] + smol_stack.logs()
