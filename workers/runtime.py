@@ -36,13 +36,13 @@ from .engine.distributed.placement import Fit
 from .engine.host import HostConfig, ModelHost
 from .executor import Outcome, SamplerAdapters, classify, run_training
 from .group_member import GroupMember
-from .passes import Pass
+from .passes import Pass, PassContext
+from .recording import Recorder
 from .recovery import ReplayDiverged, restore_model
 from .replicated_host import GroupNotReady, ReplicatedHost
 from .scheduling import Scheduler
 from .sealing import Vault
 from .snapshots import Snapshots
-from .telemetry import operation_recorded
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
@@ -162,13 +162,13 @@ class WorkerRuntime:
         self._stop = threading.Event()
         self._fenced = threading.Event()  # the lease was taken away: start over, empty
         self._restores_due = threading.Event()  # models moved here wait to be restored
-        self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
         self.scheduler = Scheduler(settings.pass_tokens)
         self._restore_failures: dict[str, int] = {}
         # One drain at a time: the Celery task and the wake listener both call drain().
         self._drain_lock = threading.Lock()
         self._renewed_at = self._beat_at = time.monotonic()  # for the probes (telemetry)
         self._register()
+        self.recorder = Recorder(self.snapshots, self.fence)  # records under the lease
         self.wake: WakeListener | None = None
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
@@ -253,9 +253,10 @@ class WorkerRuntime:
             self.host.remove_adapter(adapter)
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
         self.snapshots.forget()
-        self._unrecorded.clear()
+        self.recorder.forget()
         self._restore_failures.clear()
         self._register()
+        self.recorder.fence = self.fence
 
     def _heartbeat(self) -> None:
         every = django_settings.WORKER_LEASE_SECONDS / 5
@@ -299,9 +300,9 @@ class WorkerRuntime:
         self._renewed_at = started  # renewed as of the moment it was asked
         port.declare_dead(by=f"worker {self.name}")
         self.group.check()  # join, leave or keep alive its replica group
-        if self._unrecorded and self._drain_lock.acquire(blocking=False):
+        if self.recorder.has_unrecorded and self._drain_lock.acquire(blocking=False):
             try:  # the database answers again: what it could not record runs again
-                self._requeue_unrecorded()
+                self.recorder.requeue_unrecorded()
             finally:
                 self._drain_lock.release()
         self._place_waiting()
@@ -359,7 +360,7 @@ class WorkerRuntime:
         while True:
             if self._fenced.is_set():
                 self._reset()
-            self._requeue_unrecorded()
+            self.recorder.requeue_unrecorded()
             progressed, idle = self._pass()
             if not progressed and not idle:
                 # Nothing runnable: step over requests refused on arrival, then look again
@@ -380,10 +381,27 @@ class WorkerRuntime:
     def _pass(self) -> tuple[int, bool]:
         """One pass (``passes.Pass``): how many operations ran, and whether nothing at all was
         found waiting after the last."""
-        return Pass(self).run()
+        return Pass(self.pass_context()).run()
 
-    def _waiting(self) -> bool:
-        return port.has_waiting_work(worker=self.worker, older_than_seconds=None)
+    def pass_context(self) -> PassContext:
+        """What a pass sees of this worker now."""
+        return PassContext(
+            worker=self.worker,
+            fence=self.fence,
+            sample_limit=self.settings.pass_samples,
+            scheduler=self.scheduler,
+            host=self.host,
+            engine=self.engine,
+            samplers=lambda: self.samplers,
+            recorder=self.recorder,
+            stopping=self._stop.is_set,
+            threads=self._threads,
+            vault=self.vault,
+            replicated=self.replicated,
+            held=self._held,
+            restore=self._restore,
+            train=self._training,
+        )
 
     def _threads(self, tokens: int | None):
         """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
@@ -519,48 +537,6 @@ class WorkerRuntime:
             scratch_root=self.settings.scratch_dir,
             stores=port.storage_at,
         )
-
-    def _finish(self, op, outcome: Outcome) -> bool | None:
-        """Record what became of ``op``; whether other work waited on the worker then (None:
-        not known)."""
-        try:
-            if outcome.retry:  # not run: pending again, for a later pass
-                port.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
-                operation_recorded(op, "retried")
-                return None
-            if outcome.ok:
-                waiting = port.complete(op, outcome.result or {}, self.fence)
-                operation_recorded(op, "done")
-                # after the commit: a snapshot never holds a state the database has not
-                self.snapshots.ran(op, outcome.result or {}, self.fence)
-                return waiting
-            port.fail(op, outcome.error or "failed", outcome.category, self.fence)
-            operation_recorded(op, "failed")
-            return None
-        except port.ClaimLost:
-            # The database lost the claim (it crashed before the claim reached its disk): the
-            # operation is pending again, and runs again after the model is restored.
-            log.warning("%s lost its claim; it runs again", op.pk)
-            self._drop(op)
-            return None
-        except DatabaseError:
-            # The engine ran it, the database did not take the result: this host's state of
-            # the model no longer matches the database. The model is restored before it runs
-            # anything again; the operation runs again once the database answers.
-            self._drop(op)
-            self._unrecorded.add(op.pk)
-            raise
-
-    def _drop(self, op) -> None:
-        if op.model_id is not None:
-            self.snapshots.forget(op.model_id)
-            if self.host.has_adapter(op.model_id):
-                self.host.remove_adapter(op.model_id)
-
-    def _requeue_unrecorded(self) -> None:
-        for request_id in sorted(self._unrecorded):
-            port.requeue(request_id=request_id, fence=self.fence)
-            self._unrecorded.discard(request_id)
 
 
 def _or(value, default):
