@@ -225,6 +225,8 @@ class GroupMember:
             m = now
         use_interface_of(rt.settings.address or "127.0.0.1", rt.settings.device)
         url = urlsplit(m.rendezvous)
+        if url.hostname is None or url.port is None:
+            raise RuntimeError(f"rendezvous {m.rendezvous!r} names no host and port")
         timeout = group_timeout()
         self._store = dist.TCPStore(
             url.hostname, url.port, is_master=False, timeout=self._join_timeout()

@@ -141,7 +141,8 @@ class Pass:
         model) in one engine call; a live model that cannot be restored fails its own."""
         ctx = self.ctx
         outcomes: dict[str, Outcome] = {}
-        for model_id in sorted({live_adapter(op.plan) for op in ops} - {None}):
+        live = {model_id for op in ops if (model_id := live_adapter(op.plan)) is not None}
+        for model_id in sorted(live):
             if ctx.host.has_adapter(model_id):
                 continue
             failed = ctx.restore(model_id)  # sampling from a live model needs its weights
@@ -180,7 +181,8 @@ class Pass:
                 outcomes[op.pk] = failed
         runnable = [op for op in ops if op.pk not in outcomes]
         counted = [port.work_tokens(op.kind, op.payload) for op in runnable]
-        tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
+        # optim_step: not counted in tokens
+        tokens = None if None in counted else sum(c for c in counted if c is not None)
         started = time.perf_counter()
         with ctx.threads(tokens):
             ran = run_packed(ctx.engine, kind, [(op.payload, op.plan) for op in runnable])
