@@ -13,9 +13,9 @@ import logging
 from django.db import DatabaseError
 
 from controlplane import worker_port as port
-from controlplane.worker_port import Fence
 
 from .executor import Outcome
+from .lease import Lease
 from .snapshots import Snapshots
 from .telemetry import operation_recorded
 
@@ -23,12 +23,12 @@ log = logging.getLogger("loopwright.worker")
 
 
 class Recorder:
-    """Records outcomes under the worker's current lease (``fence``, set at each registration)
-    and keeps the snapshot policy (``snapshots``) in step with what was recorded."""
+    """Records outcomes under the worker's current lease and keeps the snapshot policy
+    (``snapshots``) in step with what was recorded."""
 
-    def __init__(self, snapshots: Snapshots, fence: Fence) -> None:
+    def __init__(self, snapshots: Snapshots, lease: Lease) -> None:
         self.snapshots = snapshots
-        self.fence = fence
+        self.lease = lease
         self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
 
     @property
@@ -40,16 +40,16 @@ class Recorder:
         not known)."""
         try:
             if outcome.retry:  # not run: pending again, for a later pass
-                port.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
+                port.requeue(request_id=op.pk, fence=self.lease.fence, home=outcome.home)
                 operation_recorded(op, "retried")
                 return None
             if outcome.ok:
-                waiting = port.complete(op, outcome.result or {}, self.fence)
+                waiting = port.complete(op, outcome.result or {}, self.lease.fence)
                 operation_recorded(op, "done")
                 # after the commit: a snapshot never holds a state the database has not
-                self.snapshots.ran(op, outcome.result or {}, self.fence)
+                self.snapshots.ran(op, outcome.result or {}, self.lease.fence)
                 return waiting
-            port.fail(op, outcome.error or "failed", outcome.category, self.fence)
+            port.fail(op, outcome.error or "failed", outcome.category, self.lease.fence)
             operation_recorded(op, "failed")
             return None
         except port.ClaimLost:
@@ -85,7 +85,7 @@ class Recorder:
 
     def requeue_unrecorded(self) -> None:
         for request_id in sorted(self._unrecorded):
-            port.requeue(request_id=request_id, fence=self.fence)
+            port.requeue(request_id=request_id, fence=self.lease.fence)
             self._unrecorded.discard(request_id)
 
     def forget(self) -> None:

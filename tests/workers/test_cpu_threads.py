@@ -43,7 +43,7 @@ def test_a_small_operation_runs_on_one_thread(alice, runtime, monkeypatch) -> No
     if torch.get_num_threads() < 2:
         torch.set_num_threads(2)
     usual = torch.get_num_threads()
-    runtime._usual_threads = usual
+    runtime.runner.usual_threads = usual
     seen: list[int] = []
     real = runtime.host.forward_backward
 
