@@ -72,7 +72,7 @@ openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.j
 # The worker's engine interface and what drives it through it, type-checked in make lint.
 TYPED = workers/engine/interface.py workers/replicated_host.py workers/executor.py \
 	workers/recovery.py workers/passes.py workers/recording.py workers/group_member.py \
-	workers/lease.py workers/restoring.py workers/running.py \
+	workers/lease.py workers/restoring.py workers/running.py workers/draining.py \
 	tests/workers/test_engine_interface.py
 
 lint: setup ## ruff, the import layers (.importlinter), mypy of the engine interface, the Dockerfiles, the compose file

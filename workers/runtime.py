@@ -11,7 +11,8 @@ generation: a worker declared dead drops what it holds and registers anew.
 
 ``WorkerRuntime`` composes the worker's jobs: its lease (``lease``, renewed by the heartbeat
 here), recording outcomes (``recording``), restoring models (``restoring``), running one
-operation (``running``) and one pass (``passes``); it owns the drain loop and the host.
+operation (``running``), one pass (``passes``) and the drain (``draining``); it owns the host,
+the heartbeat and the replica group it takes part in.
 """
 
 from __future__ import annotations
@@ -34,13 +35,14 @@ from controlplane import dispatch
 from controlplane import worker_port as port
 
 from .base_fit import device_memory, fit_of, host_memory_refusal, parse_memory, refused
+from .draining import Drainer
 from .engine.catalog import default_catalog
 from .engine.distributed.placement import Fit
 from .engine.host import HostConfig, ModelHost
 from .executor import SamplerAdapters
 from .group_member import GroupMember
 from .lease import Lease
-from .passes import Pass, PassContext
+from .passes import PassContext
 from .recording import Recorder
 from .replicated_host import ReplicatedHost
 from .restoring import Restorer
@@ -159,10 +161,7 @@ class WorkerRuntime:
         self._replicas: dict[str, int] = {}
         self.engine = ReplicatedHost(self.host, self.replicated, sharded_base=self.shard_ranks > 1)
         self.group = GroupMember(self)
-        self._restores_due = threading.Event()  # models moved here wait to be restored
         self.scheduler = Scheduler(settings.pass_tokens)
-        # One drain at a time: the Celery task and the wake listener both call drain().
-        self._drain_lock = threading.Lock()
         # By job: the lease, recording outcomes, restoring models, running an operation.
         self.lease = Lease(self._start, settings.base_model)
         self.recorder = Recorder(self.snapshots, self.lease)
@@ -181,6 +180,14 @@ class WorkerRuntime:
             usual_threads=torch.get_num_threads(),
             vault=self.vault,
             held=self.restorer.held,
+        )
+        self.drainer = Drainer(
+            self.lease,
+            self.recorder,
+            self.restorer,
+            self.snapshots,
+            context=self.pass_context,
+            reset=self._reset,
         )
         self.lease.register()
         self.wake: WakeListener | None = None
@@ -297,25 +304,22 @@ class WorkerRuntime:
         silent past its lease; take waiting models (room may have freed); record seq_ids that
         never arrived; give a lost nudge or a snapshot due by time another look."""
         if not self.lease.renew():
-            if self._drain_lock.acquire(blocking=False):
-                try:
+            with self.drain_lock(blocking=False) as held:
+                if held:
                     self._reset()
-                finally:
-                    self._drain_lock.release()
             return
         port.declare_dead(by=f"worker {self.name}")
         self.group.check()  # join, leave or keep alive its replica group
-        if self.recorder.has_unrecorded and self._drain_lock.acquire(blocking=False):
-            try:  # the database answers again: what it could not record runs again
-                self.recorder.requeue_unrecorded()
-            finally:
-                self._drain_lock.release()
+        if self.recorder.has_unrecorded:
+            with self.drain_lock(blocking=False) as held:
+                if held:  # the database answers again: what it could not record runs again
+                    self.recorder.requeue_unrecorded()
         self.lease.place_waiting()
         port.settle_gaps(worker=self.worker)  # one row per gap, however long
         if self.restorer.due():
-            self._restores_due.set()
+            self.drainer.restores_due.set()
         waiting = port.has_waiting_work(worker=self.worker)
-        if waiting or self.snapshots.due_by_time() or self._restores_due.is_set():
+        if waiting or self.snapshots.due_by_time() or self.drainer.restores_due.is_set():
             if self.wake is not None:
                 self.wake.poke()
                 return
@@ -330,8 +334,7 @@ class WorkerRuntime:
         model changed since its recovery point, hand the models over to live workers."""
         deadline = time.monotonic() + django_settings.WORKER_STOP_SECONDS
         self.lease.stop.set()
-        locked = self._drain_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        try:
+        with self.drainer.locked(timeout=max(0.0, deadline - time.monotonic())) as locked:
             if locked and not self.lease.fenced.is_set():
                 for model_id in self.snapshots.dirty():
                     self.snapshots.take(model_id, self.fence)
@@ -339,49 +342,11 @@ class WorkerRuntime:
                 self.snapshots.flush(max(0.0, deadline - time.monotonic()))
             moved = port.hand_over(fence=self.fence, by=f"worker {self.name}")
             log.warning("worker %s stopped; %d model(s) handed over", self.name, moved)
-        finally:
-            if locked:
-                self._drain_lock.release()
 
     # -- work ------------------------------------------------------------------------------
     def drain(self) -> int:
-        """Run everything runnable; returns how many operations ran."""
-        with self._drain_lock:
-            if self.lease.stop.is_set():
-                return 0
-            try:
-                return self._drain()
-            except port.Fenced:
-                self._reset()
-                return 0
-
-    def _drain(self) -> int:
-        ran = 0
-        while True:
-            if self.lease.fenced.is_set():
-                self._reset()
-            self.recorder.requeue_unrecorded()
-            progressed, idle = self._pass()
-            if not progressed and not idle:
-                # Nothing runnable: step over requests refused on arrival, then look again
-                # (seq_ids that never arrived are settled by the heartbeat, not here).
-                progressed = port.step_over_finished(worker=self.worker)
-            ran += progressed
-            if self.lease.stop.is_set():
-                return ran
-            if idle or not progressed:
-                for model_id in self.snapshots.due_by_time():  # idle: a good moment
-                    self.snapshots.take(model_id, self.fence)
-                if self._restores_due.is_set():  # and to bring moved models back at once
-                    self._restores_due.clear()
-                    for model_id in self.restorer.due():
-                        self.restorer.restore(model_id)
-                return ran
-
-    def _pass(self) -> tuple[int, bool]:
-        """One pass (``passes.Pass``): how many operations ran, and whether nothing at all was
-        found waiting after the last."""
-        return Pass(self.pass_context()).run()
+        """Run everything runnable (``draining.Drainer``); returns how many operations ran."""
+        return self.drainer.drain()
 
     def pass_context(self) -> PassContext:
         """What a pass sees of this worker now."""
@@ -426,15 +391,9 @@ class WorkerRuntime:
         if self.shard_ranks > 1:  # its sampler weights were the group's too
             self.samplers = SamplerAdapters(limit=self.samplers.limit)
 
-    @contextlib.contextmanager
-    def drain_lock(self, *, blocking: bool = True):
+    def drain_lock(self, *, blocking: bool = True) -> contextlib.AbstractContextManager[bool]:
         """The drain lock, as a context that says whether it was taken."""
-        held = self._drain_lock.acquire(blocking=blocking)
-        try:
-            yield held
-        finally:
-            if held:
-                self._drain_lock.release()
+        return self.drainer.locked(blocking=blocking)
 
     def poke(self) -> None:
         """Have the drain look for work now."""
