@@ -103,15 +103,14 @@ class Pass:
         with structlog.contextvars.bound_contextvars(kind=kind, **ids):
             if kind == "sample":
                 outcomes = self._samples(ops)
-            elif kind in PACKED_CALLS and many:
-                # a data-parallel model's call is a round of its replica group: alone
+            elif kind in PACKED_CALLS:
+                # one route, however many: a single operation is a pack of one. A data-parallel
+                # model's call is a round of its replica group: alone, through the group.
                 alone = [op for op in ops if self.ctx.replicated(op.model_id)]
                 packed = [op for op in ops if op not in alone]
-                outcomes = self._packed(kind, packed) if len(packed) > 1 else {}
-                outcomes.update(
-                    (op.pk, self.ctx.train(op)) for op in alone + packed if op.pk not in outcomes
-                )
-            else:  # alone, as the worker always ran it
+                outcomes = self._packed(kind, packed) if packed else {}
+                outcomes.update((op.pk, self.ctx.train(op)) for op in alone)
+            else:  # the kinds that do not pack: alone
                 outcomes = {op.pk: self.ctx.train(op) for op in ops}
             if kind in PACKED_KINDS:
                 metrics.ENGINE_CALL_OPERATIONS.labels(kind).observe(len(ops))
@@ -171,8 +170,8 @@ class Pass:
         return outcomes
 
     def _packed(self, kind: str, ops: list) -> dict[str, Outcome]:
-        """Several models' operations of one packed training kind in one engine call; a model
-        that cannot be restored fails (or waits) alone."""
+        """Operations of one packed training kind (one, or several models') in one engine call;
+        a model that cannot be restored fails (or waits) alone."""
         ctx = self.ctx
         outcomes: dict[str, Outcome] = {}
         for op in ops:

@@ -45,13 +45,13 @@ def test_a_small_operation_runs_on_one_thread(alice, runtime, monkeypatch) -> No
     usual = torch.get_num_threads()
     runtime.runner.usual_threads = usual
     seen: list[int] = []
-    real = runtime.host.forward_backward
+    real = runtime.host.forward_backward_many
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runtime.host, "forward_backward", spy)
+    monkeypatch.setattr(runtime.host, "forward_backward_many", spy)
     mid = create_model(alice, runtime, open_session(alice))
     small = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3])])).json()
     assert "metrics" in result(alice, runtime, small)
