@@ -34,7 +34,7 @@ from . import checkpoint_storage as stored
 from .engine import checkpoints
 from .engine.adapters import AdapterConfig
 from .engine.errors import EngineError
-from .engine.host import ModelHost
+from .engine.interface import Engine
 from .engine.sampler import SAMPLE_OPTIONS, SampleJob, TokenSink
 from .sealing import Vault
 
@@ -69,7 +69,7 @@ def classify(exc: BaseException) -> Outcome:
 
 
 def run_training(
-    host: ModelHost, kind: str, payload: dict, plan: dict, vault: Vault | None = None
+    host: Engine, kind: str, payload: dict, plan: dict, vault: Vault | None = None
 ) -> dict:
     """One operation of a training model, by kind; ``vault`` seals and opens its checkpoints."""
     adapter = plan["adapter"]
@@ -148,7 +148,7 @@ def optim_params(payload: dict) -> OptimParams:
     return AdamParams.model_validate(payload["adam_params"])
 
 
-def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | None) -> dict:
+def _save(host: Engine, kind: str, adapter: str, plan: dict, vault: Vault | None) -> dict:
     spec = plan["checkpoint"]
     training = kind == "save_weights"
     storage, merged = Path(spec["storage_path"]), Path(spec["storage_path"] + ".merged")
@@ -167,7 +167,7 @@ def _save(host: ModelHost, kind: str, adapter: str, plan: dict, vault: Vault | N
     return result
 
 
-def _save_sealed(host: ModelHost, adapter: str, spec: dict, training: bool, vault: Vault) -> dict:
+def _save_sealed(host: Engine, adapter: str, spec: dict, training: bool, vault: Vault) -> dict:
     """Save into scratch, seal everything there, then upload: the checkpoint, then its merge."""
     sealing, resource = spec["sealing"], spec["tinker_path"]
     uri = spec.get("storage_uri") or as_uri(spec["storage_path"])
@@ -240,7 +240,7 @@ class SamplerAdapters:
         self.limit = limit
         self._order: OrderedDict[str, None] = OrderedDict()
 
-    def ensure(self, host: ModelHost, adapter: str, spec: dict, vault: Vault | None = None) -> None:
+    def ensure(self, host: Engine, adapter: str, spec: dict, vault: Vault | None = None) -> None:
         """Load ``adapter`` from the saved weights ``spec`` describes, unless it is loaded."""
         if not host.has_adapter(adapter):
             with opened(spec, vault, (checkpoints.OPTIMIZER_FILE,)) as folder:
@@ -248,7 +248,7 @@ class SamplerAdapters:
         self._order[adapter] = None
         self._order.move_to_end(adapter)
 
-    def trim(self, host: ModelHost) -> list[str]:
+    def trim(self, host: Engine) -> list[str]:
         dropped = []
         while len(self._order) > self.limit:
             adapter, _ = self._order.popitem(last=False)
@@ -271,7 +271,7 @@ PACKED_CALLS = {
 _RETRIED_ALONE = frozenset({"forward", "forward_backward"})
 
 
-def run_packed(host: ModelHost, kind: str, items: Sequence[tuple[dict, dict]]) -> list[Outcome]:
+def run_packed(host: Engine, kind: str, items: Sequence[tuple[dict, dict]]) -> list[Outcome]:
     """Operations of one packed kind (``PACKED_CALLS``), each (payload, plan) of another
     session, in one engine call; each gets the outcome it would have had alone."""
     outcomes: list[Outcome | None] = [None] * len(items)
@@ -302,7 +302,7 @@ def _packed_request(kind: str, payload: dict, plan: dict) -> tuple:
     raise ValueError(f"operation kind {kind!r} does not pack")
 
 
-def _engine_call(host: ModelHost, kind: str, requests: list[tuple]) -> list[Outcome]:
+def _engine_call(host: Engine, kind: str, requests: list[tuple]) -> list[Outcome]:
     if not requests:
         return []
     try:
@@ -325,7 +325,7 @@ def _shared_failure(outcome: Outcome | None) -> bool:
 
 
 def run_samples(
-    host: ModelHost,
+    host: Engine,
     items: Sequence[tuple[dict, dict]],
     samplers: SamplerAdapters | None = None,
     vaults: Sequence[Vault | None] | None = None,
@@ -363,7 +363,7 @@ def run_samples(
 
 
 def _sample_call(
-    host: ModelHost,
+    host: Engine,
     requests: list[tuple[int, str | None, SampleJob]],
     on_tokens: TokenSink | None = None,
 ) -> list:
@@ -383,7 +383,7 @@ def _sample_call(
 
 
 def _sampler_adapter(
-    host: ModelHost, plan: dict, samplers: SamplerAdapters, vault: Vault | None
+    host: Engine, plan: dict, samplers: SamplerAdapters, vault: Vault | None
 ) -> str | None:
     """The adapter to sample with; saved sampler weights are loaded on first use."""
     adapter = plan.get("adapter")

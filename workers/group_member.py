@@ -27,8 +27,9 @@ import logging
 import os
 import threading
 import time
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import torch.distributed as dist
@@ -39,10 +40,9 @@ from controlplane import worker_port as port
 from controlplane.worker_port import Membership
 
 from .engine.distributed import DataParallel, RankGroup, is_sharded, shard_base
+from .engine.host import ModelHost
 from .rank_network import use_interface_of
-
-if TYPE_CHECKING:
-    from .runtime import WorkerRuntime
+from .replicated_host import ReplicatedHost
 
 log = logging.getLogger("loopwright.worker.group")
 
@@ -65,8 +65,41 @@ def join_timeout(sharding: bool = False) -> timedelta:
     return timedelta(seconds=lease)
 
 
+class Reachable(Protocol):
+    """Where the other ranks reach a worker, and the device its ranks run on."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+
+class GroupWorker(Protocol):
+    """What a group member needs of its worker (``WorkerRuntime``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def settings(self) -> Reachable: ...
+
+    fence: port.Fence  # the lease its membership is read under
+    host: ModelHost
+    engine: ReplicatedHost  # a led group is attached to it
+    shard_ranks: int  # > 1: it shards its base over each group it joins
+
+    def drain_lock(self, *, blocking: bool = True) -> AbstractContextManager[bool]: ...
+
+    def drop_replicated(self) -> None: ...
+
+    def reload_base(self) -> None: ...
+
+    def poke(self) -> None: ...
+
+
 class GroupMember:
-    def __init__(self, rt: WorkerRuntime) -> None:
+    def __init__(self, rt: GroupWorker) -> None:
         self.rt = rt
         self._lock = threading.RLock()
         self._membership: Membership | None = None  # the group joined or being joined
@@ -192,6 +225,8 @@ class GroupMember:
             m = now
         use_interface_of(rt.settings.address or "127.0.0.1", rt.settings.device)
         url = urlsplit(m.rendezvous)
+        if url.hostname is None or url.port is None:
+            raise RuntimeError(f"rendezvous {m.rendezvous!r} names no host and port")
         timeout = group_timeout()
         self._store = dist.TCPStore(
             url.hostname, url.port, is_master=False, timeout=self._join_timeout()

@@ -4,14 +4,17 @@ one kind packed under the token budget, ``scheduling``), and record each call's 
 soon as it returns, so no one waits for the whole pass.
 
 Each operation's outcome is the one it would have had alone: its own result or error, its own
-restore, its own retry; the runtime's ``_finish`` records it exactly as for a single operation.
+restore, its own retry; the worker's ``Recorder`` records it exactly as for a single operation.
+A pass sees its worker only through a ``PassContext``: what it runs on and how it records.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 
 import structlog
 from django.db import DatabaseError
@@ -19,35 +22,56 @@ from django.db import DatabaseError
 from controlplane import metrics
 from controlplane import worker_port as port
 
-from .executor import PACKED_CALLS, Outcome, run_packed, run_samples
-from .scheduling import PACKED_KINDS, Work
+from .engine.host import ModelHost
+from .executor import PACKED_CALLS, Outcome, SamplerAdapters, run_packed, run_samples
+from .recording import Recorder
+from .replicated_host import ReplicatedHost
+from .scheduling import PACKED_KINDS, Scheduler, Work
+from .sealing import Vault
 from .token_stream import publisher as token_publisher
-
-if TYPE_CHECKING:
-    from .runtime import WorkerRuntime
 
 log = logging.getLogger("loopwright.worker")
 
 
-class Pass:
-    """One pass over a runtime's work (under its drain lock)."""
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass needs of its worker, as of the pass's start (under the drain lock)."""
 
-    def __init__(self, rt: WorkerRuntime) -> None:
-        self.rt = rt
+    worker: port.Worker  # its fleet row: what waits on it
+    fence: port.Fence  # the lease every claim is made under
+    sample_limit: int  # most samples one pass claims
+    scheduler: Scheduler
+    host: ModelHost  # samples of a base held whole run here
+    engine: ReplicatedHost  # every training call (and samples of a sharded base)
+    samplers: Callable[[], SamplerAdapters]  # saved sampler weights loaded (a group's end resets)
+    recorder: Recorder
+    stopping: Callable[[], bool]  # the worker was asked to stop: the running call is the last
+    threads: Callable[[int | None], AbstractContextManager[object]]  # torch threads for tokens
+    vault: Callable[[object], Vault]  # a tenant's checkpoint sealing
+    replicated: Callable[[str], bool]  # whether a model trains on a replica group
+    held: Callable[..., Outcome | None]  # an operation's model brought onto the host (None: ok)
+    restore: Callable[[str], Outcome | None]  # a model brought back (None: done)
+    train: Callable[..., Outcome]  # one training operation, alone
+
+
+class Pass:
+    """One pass over a worker's work (under its drain lock)."""
+
+    def __init__(self, ctx: PassContext) -> None:
+        self.ctx = ctx
         self.unfinished: dict[str, object] = {}  # claimed, not recorded yet
 
     def run(self) -> tuple[int, bool]:
         """How many operations ran, and whether the look after the last piece of work (made by
         a plain completion's own statement, else one cheap query) found nothing waiting."""
-        rt = self.rt
-        limit = rt.settings.pass_samples
-        heads, samples = port.claim_runnable(fence=rt.fence, sample_limit=limit)
+        ctx = self.ctx
+        heads, samples = port.claim_runnable(fence=ctx.fence, sample_limit=ctx.sample_limit)
         claimed = {op.pk: op for op in heads + samples}
         if not claimed:
             return 0, False
         self.unfinished = dict(claimed)
         progressed, waiting = 0, None
-        for call in rt.scheduler.plan([work_of(op) for op in claimed.values()]):
+        for call in ctx.scheduler.plan([work_of(op) for op in claimed.values()]):
             ops = [claimed[w.key] for w in call.items]
             try:
                 ran, waiting = self._call(call.kind, ops)
@@ -57,17 +81,19 @@ class Pass:
                 # database answers (or goes with the lease, if that was lost).
                 for op in ops:
                     if op.pk in self.unfinished:
-                        rt._drop(op)
-                rt._unrecorded.update(self.unfinished)
+                        ctx.recorder.drop(op)
+                ctx.recorder.put_back(self.unfinished)
                 raise
             progressed += ran
-            if rt._stop.is_set():  # the call that ran was the last: the rest waits again
+            if ctx.stopping():  # the call that ran was the last: the rest waits again
                 for request_id in self.unfinished:
-                    port.requeue(request_id=request_id, fence=rt.fence)
+                    port.requeue(request_id=request_id, fence=ctx.fence)
                 return progressed, True
         if not progressed:  # all put back to wait: a later pass (the heartbeat's look)
             return 0, False
-        return progressed, not (rt._waiting() if waiting is None else waiting)
+        if waiting is None:
+            waiting = port.has_waiting_work(worker=ctx.worker, older_than_seconds=None)
+        return progressed, not waiting
 
     def _call(self, kind: str, ops: list) -> tuple[int, bool | None]:
         """Run ``ops`` (of one kind) in one engine call and record each; how many ran (not put
@@ -77,32 +103,30 @@ class Pass:
         with structlog.contextvars.bound_contextvars(kind=kind, **ids):
             if kind == "sample":
                 outcomes = self._samples(ops)
-            elif kind in PACKED_CALLS and many:
-                # a data-parallel model's call is a round of its replica group: alone
-                alone = [op for op in ops if self.rt.replicated(op.model_id)]
+            elif kind in PACKED_CALLS:
+                # one route, however many: a single operation is a pack of one. A data-parallel
+                # model's call is a round of its replica group: alone, through the group.
+                alone = [op for op in ops if self.ctx.replicated(op.model_id)]
                 packed = [op for op in ops if op not in alone]
-                outcomes = self._packed(kind, packed) if len(packed) > 1 else {}
-                outcomes.update(
-                    (op.pk, self.rt._training(op)) for op in alone + packed if op.pk not in outcomes
-                )
-            else:  # alone, as the worker always ran it
-                outcomes = {op.pk: self.rt._training(op) for op in ops}
+                outcomes = self._packed(kind, packed) if packed else {}
+                outcomes.update((op.pk, self.ctx.train(op)) for op in alone)
+            else:  # the kinds that do not pack: alone
+                outcomes = {op.pk: self.ctx.train(op) for op in ops}
             if kind in PACKED_KINDS:
                 metrics.ENGINE_CALL_OPERATIONS.labels(kind).observe(len(ops))
             return self._finish_all(ops, outcomes)
 
     def _finish_all(self, ops: list, outcomes: dict[str, Outcome]) -> tuple[int, bool | None]:
-        rt = self.rt
+        recorder = self.ctx.recorder
         lost: DatabaseError | None = None
         ran, waiting = 0, None
         for op in ops:
             self.unfinished.pop(op.pk, None)
             if lost is not None:  # the database went away: these run again later
-                rt._drop(op)  # its state here took it, the database's did not
-                rt._unrecorded.add(op.pk)
+                recorder.unrecorded(op)  # its state here took it, the database's did not
                 continue
             try:
-                waiting = rt._finish(op, outcomes[op.pk])
+                waiting = recorder.finish(op, outcomes[op.pk])
             except DatabaseError as exc:
                 lost = exc
                 continue
@@ -114,12 +138,13 @@ class Pass:
     def _samples(self, ops: list) -> dict[str, Outcome]:
         """Samples of any adapters (live training models, saved sampler weights, the base
         model) in one engine call; a live model that cannot be restored fails its own."""
-        rt = self.rt
+        ctx = self.ctx
         outcomes: dict[str, Outcome] = {}
-        for model_id in sorted({live_adapter(op.plan) for op in ops} - {None}):
-            if rt.host.has_adapter(model_id):
+        live = {model_id for op in ops if (model_id := live_adapter(op.plan)) is not None}
+        for model_id in sorted(live):
+            if ctx.host.has_adapter(model_id):
                 continue
-            failed = rt._restore(model_id)  # sampling from a live model needs its weights
+            failed = ctx.restore(model_id)  # sampling from a live model needs its weights
             if failed is not None:
                 for op in ops:
                     if live_adapter(op.plan) == model_id:
@@ -130,13 +155,13 @@ class Pass:
             [op.pk for op in runnable], [op.payload for op in runnable]
         )
         # On a sharded base every rank samples: through the group (the engine); else the host.
-        engine = rt.engine if rt.engine.sharded_base else rt.host
-        with rt._threads(tokens):
+        engine = ctx.engine if ctx.engine.sharded_base else ctx.host
+        with ctx.threads(tokens):
             ran = run_samples(
                 engine,
                 [(op.payload, op.plan) for op in runnable],
-                rt.samplers,
-                [rt.vault(op.tenant_id) for op in runnable],
+                ctx.samplers(),
+                [ctx.vault(op.tenant_id) for op in runnable],
                 on_tokens,
             )
         if on_tokens is not None:
@@ -145,20 +170,21 @@ class Pass:
         return outcomes
 
     def _packed(self, kind: str, ops: list) -> dict[str, Outcome]:
-        """Several models' operations of one packed training kind in one engine call; a model
-        that cannot be restored fails (or waits) alone."""
-        rt = self.rt
+        """Operations of one packed training kind (one, or several models') in one engine call;
+        a model that cannot be restored fails (or waits) alone."""
+        ctx = self.ctx
         outcomes: dict[str, Outcome] = {}
         for op in ops:
-            failed = rt._held(op)
+            failed = ctx.held(op)
             if failed is not None:
                 outcomes[op.pk] = failed
         runnable = [op for op in ops if op.pk not in outcomes]
         counted = [port.work_tokens(op.kind, op.payload) for op in runnable]
-        tokens = None if None in counted else sum(counted)  # optim_step: not counted in tokens
+        # optim_step: not counted in tokens
+        tokens = None if None in counted else sum(c for c in counted if c is not None)
         started = time.perf_counter()
-        with rt._threads(tokens):
-            ran = run_packed(rt.engine, kind, [(op.payload, op.plan) for op in runnable])
+        with ctx.threads(tokens):
+            ran = run_packed(ctx.engine, kind, [(op.payload, op.plan) for op in runnable])
         for op, outcome in zip(runnable, ran, strict=True):
             outcomes[op.pk] = outcome
             if not outcome.ok and outcome.category == "server":

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from controlplane import worker_port as port
 from controlplane.worker_port import Fence
 
-from .engine.host import ModelHost
+from .engine.interface import Engine
 from .executor import opened, run_training
 from .sealing import Vault
 
@@ -47,7 +47,7 @@ class Restored:
 
 
 def restore_model(
-    host: ModelHost,
+    host: Engine,
     model_id: str,
     *,
     fence: Fence,

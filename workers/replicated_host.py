@@ -1,4 +1,4 @@
-"""The engine as the runtime drives it: ``ModelHost``'s interface, where the calls that change a
+"""The engine as the runtime drives it: an ``Engine`` (``engine.interface``), where the calls that change a
 data-parallel model (one with ``replicas`` > 1) go through its replica group's
 ``DataParallel`` (every rank takes part) and everything else runs on the host as before.
 
@@ -21,12 +21,23 @@ the operation runs again there.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
+from loopwright.types import (
+    ForwardBackwardInput,
+    ForwardBackwardOutput,
+    OptimParams,
+    OptimStepResponse,
+)
+
+from .engine.adapters import AdapterConfig
+from .engine.checkpoints import CheckpointMeta
 from .engine.distributed import DataParallel
 from .engine.errors import CheckpointError, InvalidInput, UnknownAdapter
 from .engine.host import ModelHost
+from .engine.sampler import SampleJob, Sampler, SampleResult, TokenSink
 from .executor import NotNow
 
 # Errors that are the request's, agreed on by every rank: the group is fine.
@@ -81,56 +92,89 @@ class ReplicatedHost:
             return True
         return model_id is not None and self._replicated(model_id)
 
-    # -- ModelHost's interface ---------------------------------------------------------------
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.host, name)
-
-    def create_adapter(self, model_id: str, lora) -> None:
+    # -- the Engine interface ----------------------------------------------------------------
+    # Routed through the group for a data-parallel model: the calls that change its state.
+    def create_adapter(self, model_id: str, lora: AdapterConfig, /) -> None:
         self._route(model_id, "create_adapter", model_id, lora)
 
-    def remove_adapter(self, model_id: str) -> None:
+    def remove_adapter(self, model_id: str, /) -> None:
         self._route(model_id, "remove_adapter", model_id)
 
-    def forward(self, model_id, fwd):
+    def forward(self, model_id: str | None, fwd: ForwardBackwardInput, /) -> ForwardBackwardOutput:
         return self._route(model_id, "forward", model_id, fwd)
 
-    def forward_backward(self, model_id, fwd):
+    def forward_backward(
+        self, model_id: str, fwd: ForwardBackwardInput, /
+    ) -> ForwardBackwardOutput:
         return self._route(model_id, "forward_backward", model_id, fwd)
 
-    def optim_step(self, model_id, adam):
-        return self._route(model_id, "optim_step", model_id, adam)
+    def optim_step(self, model_id: str, step: OptimParams, /) -> OptimStepResponse:
+        return self._route(model_id, "optim_step", model_id, step)
 
-    def load_state(self, model_id, directory, *, optimizer: bool):
+    def load_state(self, model_id: str, directory: Path, /, *, optimizer: bool) -> CheckpointMeta:
         return self._route(model_id, "load_state", model_id, directory, optimizer=optimizer)
 
-    def restore(self, model_id, directory):
+    def restore(self, model_id: str, directory: Path, /) -> CheckpointMeta:
         return self._route(model_id, "restore", model_id, directory)
 
-    def sample_many(self, requests, on_tokens=None):
+    def sample_many(
+        self,
+        requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
+        on_tokens: TokenSink | None = None,
+        /,
+    ) -> list[list[SampleResult] | Exception]:
         """On a sharded base every rank samples; else the coordinator alone (replicas are
         identical)."""
         if not self.sharded_base:
             return self.host.sample_many(requests, on_tokens)
         return self._route(None, "sample_many", requests, on_tokens)
 
-    def sample(self, model_id, jobs, on_tokens=None):
+    def sample(
+        self, model_id: str | None, jobs: Sequence[SampleJob], on_tokens: TokenSink | None = None
+    ) -> list[SampleResult]:
         (results,) = self.sample_many([(model_id, jobs)], on_tokens)
         if isinstance(results, Exception):
             raise results
         return results
 
-    def load_adapter_from(self, model_id, directory):
+    def load_adapter_from(self, model_id: str, directory: Path, /) -> CheckpointMeta:
         if not self.sharded_base:
             return self.host.load_adapter_from(model_id, directory)
         return self._route(model_id, "load_adapter_from", model_id, directory)
 
-    def forward_many(self, requests):
+    # On the coordinator's host alone: reads, and writes every rank's identical state.
+    @property
+    def sampler(self) -> Sampler:
+        return self.host.sampler
+
+    def has_adapter(self, model_id: str, /) -> bool:
+        return self.host.has_adapter(model_id)
+
+    def has_pending_gradients(self, model_id: str, /) -> bool:
+        return self.host.has_pending_gradients(model_id)
+
+    def save_state(
+        self, model_id: str, directory: Path, /, *, optimizer: bool = True
+    ) -> CheckpointMeta:
+        return self.host.save_state(model_id, directory, optimizer=optimizer)
+
+    def export_merged(self, model_id: str, directory: Path, /) -> Path:
+        return self.host.export_merged(model_id, directory)
+
+    # Packed calls of many sessions: never a data-parallel model (the pass runs those alone).
+    def forward_many(
+        self, requests: Sequence[tuple[str | None, ForwardBackwardInput]], /
+    ) -> list[ForwardBackwardOutput | Exception]:
         return self.host.forward_many(self._local(requests))
 
-    def forward_backward_many(self, requests):
+    def forward_backward_many(
+        self, requests: Sequence[tuple[str, ForwardBackwardInput]], /
+    ) -> list[ForwardBackwardOutput | Exception]:
         return self.host.forward_backward_many(self._local(requests))
 
-    def optim_step_many(self, requests):
+    def optim_step_many(
+        self, requests: Sequence[tuple[str, OptimParams]], /
+    ) -> list[OptimStepResponse | Exception]:
         return self.host.optim_step_many(self._local(requests))
 
     # -- routing ---------------------------------------------------------------------------
@@ -155,7 +199,7 @@ class ReplicatedHost:
                 on_broken(exc)
             raise GroupNotReady(f"the replica group failed: {type(exc).__name__}: {exc}") from exc
 
-    def _local(self, requests):
+    def _local(self, requests: Sequence[tuple[Any, ...]]) -> Any:
         replicated = [r[0] for r in requests if self.is_replicated(r[0])]
         if replicated:  # the pass runs these alone; packing one would train one rank only
             raise RuntimeError(f"data-parallel models in a packed call: {replicated}")

@@ -8,6 +8,11 @@ database, so the broker message that woke it carries no state. A model this host
 not hold (it moved here from a lost worker, or a result could not be recorded) is restored from
 its recovery point before it runs anything. Every claim and completion is fenced by the lease's
 generation: a worker declared dead drops what it holds and registers anew.
+
+``WorkerRuntime`` composes the worker's jobs: its lease (``lease``, renewed by the heartbeat
+here), recording outcomes (``recording``), restoring models (``restoring``), running one
+operation (``running``), one pass (``passes``) and the drain (``draining``); it owns the host,
+the heartbeat and the replica group it takes part in.
 """
 
 from __future__ import annotations
@@ -20,33 +25,31 @@ import time
 
 import torch
 from django.conf import settings as django_settings
-from django.db import DatabaseError, close_old_connections
+from django.db import close_old_connections
 
 from controlplane import dispatch
 from controlplane import worker_port as port
 
 from .base_fit import device_memory, fit_of, host_memory_refusal, refused
-from .cpu_threads import cpu_threads, threads_for
+from .draining import Drainer
 from .engine.catalog import default_catalog
 from .engine.distributed.placement import Fit
 from .engine.host import HostConfig, ModelHost
-from .executor import Outcome, SamplerAdapters, classify, run_training
+from .executor import SamplerAdapters
 from .group_member import GroupMember
-from .passes import Pass
-from .recovery import ReplayDiverged, restore_model
-from .replicated_host import GroupNotReady, ReplicatedHost
+from .lease import Lease
+from .passes import PassContext
+from .recording import Recorder
+from .replicated_host import ReplicatedHost
+from .restoring import Restorer
+from .running import Runner
 from .scheduling import Scheduler
 from .sealing import Vault
 from .settings import WorkerSettings
 from .snapshots import Snapshots
-from .telemetry import operation_recorded
 from .wake import WakeListener
 
 log = logging.getLogger("loopwright.worker")
-
-RESTORE_ATTEMPTS = 3  # a restore that fails for a passing reason (storage away) is tried again
-# kinds that run without the model's state on the host
-STATELESS_KINDS = frozenset({"create_model", "unload_model"})
 
 
 class WorkerRuntime:
@@ -74,10 +77,9 @@ class WorkerRuntime:
             raise too_big
         self.shard_ranks = self.fit.ranks
         self.host = host or self._load_host()
-        self._parameters = sum(  # the base model's, not the adapter slots'
+        parameters = sum(  # the base model's, not the adapter slots'
             p.numel() for name, p in self.host.pool.model.named_parameters() if "lora_" not in name
         )
-        self._usual_threads = torch.get_num_threads()
         self.samplers = SamplerAdapters(limit=settings.sampler_adapters)
         self.snapshots = Snapshots(
             self.host,
@@ -94,21 +96,40 @@ class WorkerRuntime:
         self._replicas: dict[str, int] = {}
         self.engine = ReplicatedHost(self.host, self.replicated, sharded_base=self.shard_ranks > 1)
         self.group = GroupMember(self)
-        self._stop = threading.Event()
-        self._fenced = threading.Event()  # the lease was taken away: start over, empty
-        self._restores_due = threading.Event()  # models moved here wait to be restored
-        self._unrecorded: set[str] = set()  # operations that ran but could not be recorded
         self.scheduler = Scheduler(settings.pass_tokens)
-        self._restore_failures: dict[str, int] = {}
-        # One drain at a time: the Celery task and the wake listener both call drain().
-        self._drain_lock = threading.Lock()
-        self._renewed_at = self._beat_at = time.monotonic()  # for the probes (telemetry)
-        self._register()
+        # By job: the lease, recording outcomes, restoring models, running an operation.
+        self.lease = Lease(self._start, settings.base_model)
+        self.recorder = Recorder(self.snapshots, self.lease)
+        self.restorer = Restorer(
+            self.lease,
+            self.engine,
+            self.snapshots,
+            worker_name=settings.name,
+            vault=self.vault,
+            threads=lambda kind, payload: self.runner.op_threads(kind, payload),
+        )
+        self.runner = Runner(
+            self.engine,
+            device=settings.device,
+            parameters=parameters,
+            usual_threads=torch.get_num_threads(),
+            vault=self.vault,
+            held=self.restorer.held,
+        )
+        self.drainer = Drainer(
+            self.lease,
+            self.recorder,
+            self.restorer,
+            self.snapshots,
+            context=self.pass_context,
+            reset=self._reset,
+        )
+        self.lease.register()
         self.wake: WakeListener | None = None
         if heartbeat:
             threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
         if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
-            self.wake = WakeListener(settings.queue, self.drain, self._stop).start()
+            self.wake = WakeListener(settings.queue, self.drain, self.lease.stop).start()
 
     def _host_config(self, fit: Fit | None) -> HostConfig:
         """How the host loads its base: as asked (``fit`` None: before it is known), then with
@@ -139,17 +160,24 @@ class WorkerRuntime:
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
         gc.collect()  # the sharded base's pieces
 
-    # -- the lease -------------------------------------------------------------------------
+    # -- the lease (``lease``) and the heartbeat ------------------------------------------------
     @property
     def name(self) -> str:
         return self.settings.name
 
-    def _register(self) -> None:
-        """Register under a new generation (declaring a previous process of this name dead if
-        it still held the lease); then take models and samplers waiting for a worker."""
+    @property
+    def fence(self) -> port.Fence:
+        return self.lease.fence
+
+    @property
+    def worker(self) -> port.Worker:
+        return self.lease.worker
+
+    def _start(self) -> port.Registration:
+        """Register this worker, its base model and its room in the fleet."""
         m = self.host.materialized
         files = {name: path.read_text() for name, path in m.tokenizer_files.items()}
-        reg = port.worker_start(
+        return port.worker_start(
             by=f"worker {self.name}",
             name=self.name,
             queue=self.settings.queue,
@@ -169,11 +197,6 @@ class WorkerRuntime:
             shard_ranks=self.shard_ranks,
             base_memory_bytes=self.fit.whole_bytes,
         )
-        self.worker = reg.worker
-        self.fence = port.Fence(reg.worker.pk, reg.generation)
-        self._renewed_at = time.monotonic()
-        self._fenced.clear()
-        self._place_waiting()
 
     def _reset(self) -> None:
         """The lease was taken away (a long pause, a partition): whatever this process holds
@@ -188,222 +211,97 @@ class WorkerRuntime:
             self.host.remove_adapter(adapter)
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
         self.snapshots.forget()
-        self._unrecorded.clear()
-        self._restore_failures.clear()
-        self._register()
+        self.recorder.forget()
+        self.restorer.forget()
+        self.lease.register()
 
     def _heartbeat(self) -> None:
         every = django_settings.WORKER_LEASE_SECONDS / 5
-        while not self._stop.wait(every):
+        while not self.lease.stop.wait(every):
             try:
                 self.beat()
             except Exception:  # a database hiccup must not kill the heartbeat
                 log.exception("heartbeat failed")
             finally:
-                self._beat_at = time.monotonic()
+                self.lease.beat_at = time.monotonic()
                 close_old_connections()
 
     def lease_held(self) -> bool:
-        """Whether this worker takes work now: its lease renewed within its length, not taken
-        away, not stopping (the readiness probe)."""
-        fresh = time.monotonic() - self._renewed_at < django_settings.WORKER_LEASE_SECONDS
-        return fresh and not self._fenced.is_set() and not self._stop.is_set()
+        """Whether this worker takes work now (the readiness probe): ``Lease.held``."""
+        return self.lease.held()
 
     def heartbeat_age(self) -> float:
         """Seconds since the heartbeat thread last finished a beat (the liveness probe)."""
-        return time.monotonic() - self._beat_at
-
-    def _place_waiting(self) -> None:
-        placed = port.take_waiting(base_model=self.settings.base_model)
-        if placed:
-            log.info("took %d models and samplers that waited for a worker", len(placed))
+        return self.lease.heartbeat_age()
 
     def beat(self) -> None:
         """One heartbeat: renew the lease (or, fenced, start over); declare dead any worker
         silent past its lease; take waiting models (room may have freed); record seq_ids that
         never arrived; give a lost nudge or a snapshot due by time another look."""
-        started = time.monotonic()
-        if not port.lease_renew(self.fence):
-            self._fenced.set()
-            if self._drain_lock.acquire(blocking=False):
-                try:
+        if not self.lease.renew():
+            with self.drain_lock(blocking=False) as held:
+                if held:
                     self._reset()
-                finally:
-                    self._drain_lock.release()
             return
-        self._renewed_at = started  # renewed as of the moment it was asked
         port.declare_dead(by=f"worker {self.name}")
         self.group.check()  # join, leave or keep alive its replica group
-        if self._unrecorded and self._drain_lock.acquire(blocking=False):
-            try:  # the database answers again: what it could not record runs again
-                self._requeue_unrecorded()
-            finally:
-                self._drain_lock.release()
-        self._place_waiting()
+        if self.recorder.has_unrecorded:
+            with self.drain_lock(blocking=False) as held:
+                if held:  # the database answers again: what it could not record runs again
+                    self.recorder.requeue_unrecorded()
+        self.lease.place_waiting()
         port.settle_gaps(worker=self.worker)  # one row per gap, however long
-        if self._models_to_restore():
-            self._restores_due.set()
+        if self.restorer.due():
+            self.drainer.restores_due.set()
         waiting = port.has_waiting_work(worker=self.worker)
-        if waiting or self.snapshots.due_by_time() or self._restores_due.is_set():
+        if waiting or self.snapshots.due_by_time() or self.drainer.restores_due.is_set():
             if self.wake is not None:
                 self.wake.poke()
                 return
             dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
 
-    def _models_to_restore(self) -> list[str]:
-        """Models moved here from a lost worker that this host does not hold yet."""
-        moved = port.models_to_restore(fence=self.fence)
-        return [m for m in moved if not self.host.has_adapter(m)]
-
     def request_stop(self) -> None:
         """Stop taking work: the operation running now is the last (a SIGTERM asks this)."""
-        self._stop.set()
+        self.lease.stop.set()
 
     def shutdown(self) -> None:
         """Stop within ``WORKER_STOP_SECONDS``: finish the running operation, snapshot every
         model changed since its recovery point, hand the models over to live workers."""
         deadline = time.monotonic() + django_settings.WORKER_STOP_SECONDS
-        self._stop.set()
-        locked = self._drain_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
-        try:
-            if locked and not self._fenced.is_set():
+        self.lease.stop.set()
+        with self.drainer.locked(timeout=max(0.0, deadline - time.monotonic())) as locked:
+            if locked and not self.lease.fenced.is_set():
                 for model_id in self.snapshots.dirty():
                     self.snapshots.take(model_id, self.fence)
                 log.warning("worker %s stopping: snapshotting its changed models", self.name)
                 self.snapshots.flush(max(0.0, deadline - time.monotonic()))
             moved = port.hand_over(fence=self.fence, by=f"worker {self.name}")
             log.warning("worker %s stopped; %d model(s) handed over", self.name, moved)
-        finally:
-            if locked:
-                self._drain_lock.release()
 
     # -- work ------------------------------------------------------------------------------
     def drain(self) -> int:
-        """Run everything runnable; returns how many operations ran."""
-        with self._drain_lock:
-            if self._stop.is_set():
-                return 0
-            try:
-                return self._drain()
-            except port.Fenced:
-                self._reset()
-                return 0
+        """Run everything runnable (``draining.Drainer``); returns how many operations ran."""
+        return self.drainer.drain()
 
-    def _drain(self) -> int:
-        ran = 0
-        while True:
-            if self._fenced.is_set():
-                self._reset()
-            self._requeue_unrecorded()
-            progressed, idle = self._pass()
-            if not progressed and not idle:
-                # Nothing runnable: step over requests refused on arrival, then look again
-                # (seq_ids that never arrived are settled by the heartbeat, not here).
-                progressed = port.step_over_finished(worker=self.worker)
-            ran += progressed
-            if self._stop.is_set():
-                return ran
-            if idle or not progressed:
-                for model_id in self.snapshots.due_by_time():  # idle: a good moment
-                    self.snapshots.take(model_id, self.fence)
-                if self._restores_due.is_set():  # and to bring moved models back at once
-                    self._restores_due.clear()
-                    for model_id in self._models_to_restore():
-                        self._restore(model_id)
-                return ran
-
-    def _pass(self) -> tuple[int, bool]:
-        """One pass (``passes.Pass``): how many operations ran, and whether nothing at all was
-        found waiting after the last."""
-        return Pass(self).run()
-
-    def _waiting(self) -> bool:
-        return port.has_waiting_work(worker=self.worker, older_than_seconds=None)
-
-    def _threads(self, tokens: int | None):
-        """The torch threads for an engine call processing ``tokens`` (None: unknown)."""
-        if self.settings.device != "cpu" or tokens is None:
-            return cpu_threads(self._usual_threads)
-        return cpu_threads(threads_for(tokens, self._parameters, self._usual_threads))
-
-    def _op_threads(self, kind: str, payload: dict):
-        return self._threads(port.work_tokens(kind, payload))
-
-    def _held(self, op) -> Outcome | None:
-        """Bring ``op``'s model onto the host if it needs it and is not here (None: ready)."""
-        if op.kind not in STATELESS_KINDS and not self.host.has_adapter(op.model_id):
-            return self._restore(op.model_id)
-        return None
-
-    def _training(self, op) -> Outcome:
-        failed = self._held(op)
-        if failed is not None:
-            return failed
-        started = time.perf_counter()
-        try:
-            with self._op_threads(op.kind, op.payload):
-                result = run_training(
-                    self.engine, op.kind, op.payload, op.plan, self.vault(op.tenant_id)
-                )
-            outcome = Outcome(result=result)
-        except GroupNotReady as exc:  # it runs once its replica group is (again) ready
-            outcome = Outcome(error=str(exc), retry=True)
-        except Exception as exc:
-            outcome = classify(exc)
-            if outcome.category == "server":
-                log.exception("operation %s (%s) failed", op.pk, op.kind)
-        log.info(
-            "%s %s seq=%s %.1f ms",
-            op.kind,
-            op.model_id,
-            op.seq_id,
-            1000 * (time.perf_counter() - started),
+    def pass_context(self) -> PassContext:
+        """What a pass sees of this worker now."""
+        return PassContext(
+            worker=self.worker,
+            fence=self.fence,
+            sample_limit=self.settings.pass_samples,
+            scheduler=self.scheduler,
+            host=self.host,
+            engine=self.engine,
+            samplers=lambda: self.samplers,
+            recorder=self.recorder,
+            stopping=self.lease.stop.is_set,
+            threads=self.runner.threads,
+            vault=self.vault,
+            replicated=self.replicated,
+            held=self.restorer.held,
+            restore=self.restorer.restore,
+            train=self.runner.train,
         )
-        return outcome
-
-    def _restore(self, model_id: str) -> Outcome | None:
-        """Bring ``model_id`` back onto the host (None: done). A model that cannot be restored
-        fails, saying where its user can resume; a passing failure (storage or the key service
-        away) is tried again a few times first, the operation waiting meanwhile."""
-        try:
-            done = restore_model(
-                self.engine,
-                model_id,
-                fence=self.fence,
-                worker_name=self.name,
-                vault=self.vault,
-                threads=self._op_threads,
-            )
-        except port.NotHere:
-            return Outcome(error=f"model {model_id} is on another worker", retry=True, home=True)
-        except GroupNotReady as exc:
-            return Outcome(error=str(exc), retry=True)
-        except DatabaseError:
-            raise
-        except Exception as exc:
-            outcome = classify(exc)
-            tries = self._restore_failures.get(model_id, 0) + 1
-            self._restore_failures[model_id] = tries
-            log.exception("restoring %s failed (attempt %d)", model_id, tries)
-            passing = outcome.category == "server" and not isinstance(exc, ReplayDiverged)
-            if passing and tries < RESTORE_ATTEMPTS:
-                return Outcome(error=f"restoring model {model_id}: {exc}", retry=True)
-            return Outcome(
-                error=port.restore_failed(
-                    model_id=model_id, worker_name=self.name, why=outcome.error or str(exc)
-                ),
-                category="server",
-            )
-        self._restore_failures.pop(model_id, None)
-        self.snapshots.restored(
-            model_id,
-            tenant_id=done.tenant_id,
-            last_seq=done.last_seq,
-            optimizer_steps=done.optimizer_steps,
-        )
-        if done.replayed:  # the next loss of this model need not replay all that again
-            self.snapshots.take(model_id, self.fence)
-        return None
 
     # -- replica groups --------------------------------------------------------------------
     def replicated(self, model_id: str) -> bool:
@@ -428,15 +326,9 @@ class WorkerRuntime:
         if self.shard_ranks > 1:  # its sampler weights were the group's too
             self.samplers = SamplerAdapters(limit=self.samplers.limit)
 
-    @contextlib.contextmanager
-    def drain_lock(self, *, blocking: bool = True):
+    def drain_lock(self, *, blocking: bool = True) -> contextlib.AbstractContextManager[bool]:
         """The drain lock, as a context that says whether it was taken."""
-        held = self._drain_lock.acquire(blocking=blocking)
-        try:
-            yield held
-        finally:
-            if held:
-                self._drain_lock.release()
+        return self.drainer.locked(blocking=blocking)
 
     def poke(self) -> None:
         """Have the drain look for work now."""
@@ -454,48 +346,6 @@ class WorkerRuntime:
             scratch_root=self.settings.scratch_dir,
             stores=port.storage_at,
         )
-
-    def _finish(self, op, outcome: Outcome) -> bool | None:
-        """Record what became of ``op``; whether other work waited on the worker then (None:
-        not known)."""
-        try:
-            if outcome.retry:  # not run: pending again, for a later pass
-                port.requeue(request_id=op.pk, fence=self.fence, home=outcome.home)
-                operation_recorded(op, "retried")
-                return None
-            if outcome.ok:
-                waiting = port.complete(op, outcome.result or {}, self.fence)
-                operation_recorded(op, "done")
-                # after the commit: a snapshot never holds a state the database has not
-                self.snapshots.ran(op, outcome.result or {}, self.fence)
-                return waiting
-            port.fail(op, outcome.error or "failed", outcome.category, self.fence)
-            operation_recorded(op, "failed")
-            return None
-        except port.ClaimLost:
-            # The database lost the claim (it crashed before the claim reached its disk): the
-            # operation is pending again, and runs again after the model is restored.
-            log.warning("%s lost its claim; it runs again", op.pk)
-            self._drop(op)
-            return None
-        except DatabaseError:
-            # The engine ran it, the database did not take the result: this host's state of
-            # the model no longer matches the database. The model is restored before it runs
-            # anything again; the operation runs again once the database answers.
-            self._drop(op)
-            self._unrecorded.add(op.pk)
-            raise
-
-    def _drop(self, op) -> None:
-        if op.model_id is not None:
-            self.snapshots.forget(op.model_id)
-            if self.host.has_adapter(op.model_id):
-                self.host.remove_adapter(op.model_id)
-
-    def _requeue_unrecorded(self) -> None:
-        for request_id in sorted(self._unrecorded):
-            port.requeue(request_id=request_id, fence=self.fence)
-            self._unrecorded.discard(request_id)
 
 
 def _or(value, default):

@@ -145,7 +145,7 @@ def test_worker_error_fails_with_server_category_and_session_stays_usable(
 ) -> None:
     sid = open_session(alice)
     mid = create_model(alice, runtime, sid)
-    real = runtime.host.forward_backward
+    real = runtime.host.forward_backward_many
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -154,7 +154,7 @@ def test_worker_error_fails_with_server_category_and_session_stays_usable(
             raise RuntimeError("device lost")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runtime.host, "forward_backward", flaky)
+    monkeypatch.setattr(runtime.host, "forward_backward_many", flaky)
     first = result(
         alice, runtime, alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2])])).json()
     )

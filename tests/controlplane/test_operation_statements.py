@@ -245,17 +245,16 @@ def test_a_claim_the_database_lost_is_not_applied_twice(alice, runtime, monkeypa
     session = open_session(alice)
     model_id = create_model(alice, runtime, session)
     first, later = _steps(alice, model_id)
-    real = runtime._training
+    real = runtime.recorder.finish
     ran: list[str] = []
 
-    def crash_after_running(op):
-        outcome = real(op)
+    def crash_after_running(op, outcome):
         ran.append(op.pk)
         if len(ran) == 1:
             Operation.objects.filter(pk=op.pk).update(status="pending", started_at=None)
-        return outcome
+        return real(op, outcome)
 
-    monkeypatch.setattr(runtime, "_training", crash_after_running)
+    monkeypatch.setattr(runtime.recorder, "finish", crash_after_running)
     runtime.drain()
     for fut in (first, later):
         assert "metrics" in result(alice, runtime, fut)

@@ -43,15 +43,15 @@ def test_a_small_operation_runs_on_one_thread(alice, runtime, monkeypatch) -> No
     if torch.get_num_threads() < 2:
         torch.set_num_threads(2)
     usual = torch.get_num_threads()
-    runtime._usual_threads = usual
+    runtime.runner.usual_threads = usual
     seen: list[int] = []
-    real = runtime.host.forward_backward
+    real = runtime.host.forward_backward_many
 
     def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runtime.host, "forward_backward", spy)
+    monkeypatch.setattr(runtime.host, "forward_backward_many", spy)
     mid = create_model(alice, runtime, open_session(alice))
     small = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3])])).json()
     assert "metrics" in result(alice, runtime, small)

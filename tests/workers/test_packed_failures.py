@@ -57,16 +57,20 @@ def test_a_lost_claim_in_a_packed_call_reruns_that_model_alone(
     ids = _submit_steps(runs)
     real = passes.run_packed
     lost = ids[0][0]  # alice's forward_backward
+    calls: list[int] = []  # how many operations each forward_backward call ran
 
     def crash_after_running(host, kind, items):
         outcomes = real(host, kind, items)
-        if kind == "forward_backward" and Operation.objects.get(pk=lost).status == "running":
-            # the database came back without the claim: the step is pending again
-            Operation.objects.filter(pk=lost).update(status="pending", started_at=None)
+        if kind == "forward_backward":
+            calls.append(len(items))
+            if len(calls) == 1:
+                # the database came back without the claim: the step is pending again
+                Operation.objects.filter(pk=lost).update(status="pending", started_at=None)
         return outcomes
 
     monkeypatch.setattr(passes, "run_packed", crash_after_running)
     runtime.drain()
+    assert calls == [3, 1]  # the three together, then the lost one alone (a pack of one)
     for run, (fb, step) in zip(runs, ids, strict=True):
         for request_id in (fb, step):
             assert "metrics" in result(run.person, runtime, {"request_id": request_id})

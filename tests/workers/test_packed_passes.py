@@ -176,7 +176,7 @@ def test_a_backlog_of_samples_does_not_starve_another_tenant(alice, dora, runtim
         for seq in range(1, 7)
     ]
     late = dora.post("asample", _sample_body(other, 1, seed=1)).json()["request_id"]
-    ran, _idle = Pass(runtime).run()  # one pass
+    ran, _idle = Pass(runtime.pass_context()).run()  # one pass
     assert ran == 4
     assert Operation.objects.get(pk=late).status == "done"  # not behind alice's six
     statuses = [Operation.objects.get(pk=pk).status for pk in backlog]

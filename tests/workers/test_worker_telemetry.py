@@ -37,13 +37,13 @@ def samples(port: int) -> dict:
 def test_ready_while_it_holds_its_lease(runtime, port) -> None:
     assert get(port, "/readyz").status_code == 200
     assert get(port, "/healthz").status_code == 200
-    runtime._renewed_at -= 3600  # no renewal for an hour: another worker takes its models
+    runtime.lease.renewed_at -= 3600  # no renewal for an hour: another worker takes its models
     assert get(port, "/readyz").status_code == 503
-    runtime._renewed_at += 3600
-    runtime._fenced.set()  # its lease taken away
+    runtime.lease.renewed_at += 3600
+    runtime.lease.fenced.set()  # its lease taken away
     assert get(port, "/readyz").status_code == 503
-    runtime._fenced.clear()
-    runtime._beat_at -= 3600  # the heartbeat thread stuck for an hour
+    runtime.lease.fenced.clear()
+    runtime.lease.beat_at -= 3600  # the heartbeat thread stuck for an hour
     assert get(port, "/healthz").status_code == 503
     assert get(port, "/nothing").status_code == 404
 
