@@ -70,6 +70,22 @@ def lease_runs_out(runtime: WorkerRuntime) -> None:
     )
 
 
+def trained_on(alice, runtime: WorkerRuntime) -> str:
+    """A new model on ``runtime`` with two steps done: its id."""
+    model_id = create_model(alice, runtime, open_session(alice))
+    for fut in steps(alice, model_id, 1, 2):
+        result(alice, runtime, fut)
+    return model_id
+
+
+def lost(runtime: WorkerRuntime, model_id: str) -> str:
+    """``runtime``'s lease runs out and the sweep declares it dead: the worker ``model_id`` is
+    on afterwards."""
+    lease_runs_out(runtime)
+    failover.workers_declare_dead(by="test")
+    return TrainingModel.objects.get(pk=model_id).worker.name
+
+
 def steps(alice, model_id: str, first_seq: int, n: int) -> list[dict]:
     """``n`` forward_backward + optim_step pairs from ``first_seq`` (futures, not awaited)."""
     futures = []
@@ -185,17 +201,11 @@ def test_a_model_moved_twice_before_it_was_restored_ends_both_moves(alice, start
     """Its worker is lost, then the one it moved to before restoring it: one restore, on the
     third worker, ends both recoveries (none is left "restoring"), each naming its own move."""
     a = start("a")
-    model_id = create_model(alice, a, open_session(alice))
-    for fut in steps(alice, model_id, 1, 2):
-        result(alice, a, fut)
+    model_id = trained_on(alice, a)
     b = start("b")
-    lease_runs_out(a)
-    failover.workers_declare_dead(by="test")
-    assert TrainingModel.objects.get(pk=model_id).worker.name == "b"
+    assert lost(a, model_id) == "b"
     c = start("c")
-    lease_runs_out(b)
-    failover.workers_declare_dead(by="test")
-    assert TrainingModel.objects.get(pk=model_id).worker.name == "c"
+    assert lost(b, model_id) == "c"
     c.beat()
     c.drain()
     moves = list(Recovery.objects.filter(model_id=model_id).order_by("id"))
@@ -212,17 +222,11 @@ def test_a_model_moved_back_to_its_restarted_worker_names_each_move_truthfully(
     """a is lost and its model moves to b; a starts again, then b is lost before restoring it:
     the model goes back to a. The record shows a → b, then b → a (never a move from a to a)."""
     a = start("a")
-    model_id = create_model(alice, a, open_session(alice))
-    for fut in steps(alice, model_id, 1, 2):
-        result(alice, a, fut)
+    model_id = trained_on(alice, a)
     b = start("b")
-    lease_runs_out(a)
-    failover.workers_declare_dead(by="test")
-    assert TrainingModel.objects.get(pk=model_id).worker.name == "b"
+    assert lost(a, model_id) == "b"
     again = start("a")  # a new process under the old name
-    lease_runs_out(b)
-    failover.workers_declare_dead(by="test")
-    assert TrainingModel.objects.get(pk=model_id).worker.name == "a"
+    assert lost(b, model_id) == "a"
     again.beat()
     again.drain()
     assert again.host.has_adapter(model_id)
