@@ -45,18 +45,11 @@ def _step(request: Request, kind: str) -> Response:
         request=request,
     )
     request_id = new_id("req")
-    waiter = responses.expect(request, request_id)  # listening before the insert commits
-    try:
+    with responses.listening(request, request_id) as waiter:  # before the insert commits
         op = training.submit(
             tenant=tenant, kind=kind, body=body, access=access, request_id=request_id
         )
-    except BaseException:
-        responses.forget(request_id, waiter)
-        raise
-    if op.pk != request_id:  # a retry, answered with the operation it made before
-        responses.forget(request_id, waiter)
-        waiter = None
-    return future(request, op, op.model_id, waiter)
+        return future(request, op, op.model_id, waiter)
 
 
 def sequenced(kind: str):
