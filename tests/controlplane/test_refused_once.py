@@ -8,6 +8,7 @@ import pytest
 from controlplane.audit.models import AuditEvent
 from controlplane.training_sessions.models import Operation
 
+from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +16,10 @@ pytestmark = pytest.mark.django_db
 DENY_FORWARD = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Deny", "Action": "sessions:Forward*", "Resource": "*"}],
+}
+DENY_SAMPLE = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Deny", "Action": "sessions:Sample", "Resource": "*"}],
 }
 
 
@@ -87,3 +92,31 @@ def test_a_step_behind_the_model_is_recorded_once(alice, runtime) -> None:
     assert r.status_code == 409, r.content
     audit, failed = records(alice.tenant, mid, "sessions:ForwardBackward")
     assert audit == [True, True] and failed == []  # its seq_id was the first request's
+
+
+def test_a_denied_sample_is_recorded_once(alice, bob, charlie, runtime) -> None:
+    sid = open_session(bob)
+    opened = bob.post(
+        "create_sampling_session",
+        {"session_id": sid, "sampling_session_seq_id": 0, "base_model": TINY},
+    )
+    assert opened.status_code == 200, opened.content
+    sampler = opened.json()["sampling_session_id"]
+    r = alice.client.put(
+        "/api/v1/iam/users/bob@example.com/policies/no-sample",
+        {"document": DENY_SAMPLE},
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    body = {
+        "sampling_session_id": sampler,
+        "prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2]}]},
+        "num_samples": 1,
+        "sampling_params": {"max_tokens": 2},
+    }
+    assert bob.post("asample", body).status_code == 403
+    audit = AuditEvent.objects.filter(tenant=bob.tenant, action="sessions:Sample")
+    assert list(audit.values_list("allowed", flat=True)) == [False]
+    assert not Operation.objects.filter(session_id=sid, kind=Operation.Kind.SAMPLE).exists()
+    assert charlie.post("asample", body).status_code == 404  # another tenant's sampler
+    assert audit.count() == 1
