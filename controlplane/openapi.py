@@ -30,7 +30,9 @@ from pydantic.json_schema import model_json_schema
 from controlplane.anthropic_api import views as anthropic_views
 from controlplane.anthropic_api.schemas import CountTokensRequest, MessagesRequest
 from controlplane.api import bodies
-from controlplane.api.apis import (
+from controlplane.api.checkpoint_search import CheckpointSearchQuery
+from controlplane.api.session_queries import SessionSearchQuery
+from controlplane.api.views import (
     audit,
     auth,
     billing,
@@ -50,8 +52,6 @@ from controlplane.api.apis import (
     training,
     uploads,
 )
-from controlplane.api.checkpoint_search import CheckpointSearchQuery
-from controlplane.api.session_queries import SessionSearchQuery
 from controlplane.errors import MAX_DETAIL, MAX_FIELD
 from controlplane.openai_api import views as openai_views
 from controlplane.openai_api.schemas import ChatCompletionRequest, CompletionRequest

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 
 from django.conf import settings
 from django.http import StreamingHttpResponse
@@ -107,15 +108,13 @@ def wait_preference(request: Request) -> float | None:
     return min(float(match.group(1)), settings.LONG_POLL_SECONDS)
 
 
-def expect(request: Request, request_id: str) -> notices.Waiter | None:
-    """Before an operation ``request_id`` is inserted: listen for its outcome if the caller
-    prefers to wait for it (then the wait needs no look at the row). Give the waiter to
-    ``future``, or to ``forget`` if the operation does not go in."""
-    return notices.expect(request_id) if wait_preference(request) is not None else None
-
-
-def forget(request_id: str, waiter: notices.Waiter | None) -> None:
-    notices.forget(request_id, waiter)
+def listening(request: Request, request_id: str) -> AbstractContextManager[notices.Waiter | None]:
+    """Entered before an operation ``request_id`` is inserted: listen for its outcome if the
+    caller prefers to wait for it (then the wait needs no look at the row); give the waiter to
+    ``future`` inside the block. A waiter no answer streams is released as the block ends."""
+    if wait_preference(request) is None:
+        return nullcontext(None)
+    return notices.listening(request_id)
 
 
 def future(
@@ -125,15 +124,23 @@ def future(
     waiter: notices.Waiter | None = None,
 ):
     """A submit's answer: the handle, followed by the outcome when the caller prefers to wait
-    and may retrieve the future (else it gets the handle alone and polls, as tinker does)."""
+    and may retrieve the future (else it gets the handle alone and polls, as tinker does).
+    ``waiter``: from ``listening``, for ``op`` (a retry's earlier operation is not its).
+
+    A streamed answer keeps the waiter past the view: its wait releases it, and so does the
+    response's close (the client went away before the wait ended, or began)."""
     body = handle_body(op, model_id)
     wait = wait_preference(request)
     if wait is None or not accepts_json(request) or not _may_retrieve(request, op):
-        forget(op.pk, waiter)
         return Response(body)
-    response = StreamingHttpResponse(_lines(op, body, wait, waiter), content_type=CONTENT_TYPE)
-    # closed before the wait ended (or began): stop listening for it (else a no-op)
-    response._resource_closers.append(lambda: forget(op.pk, waiter))
+    if waiter is not None and waiter.request_id != op.pk:
+        waiter = None  # a retry, answered with the operation it made before
+    release = waiter.keep() if waiter is not None else None
+    response = StreamingHttpResponse(
+        _lines(op, body, wait, waiter, release), content_type=CONTENT_TYPE
+    )
+    if release is not None:
+        response._resource_closers.append(release)
     response["Preference-Applied"] = f"wait={wait:g}"
     response["Cache-Control"] = "no-store"
     response["X-Accel-Buffering"] = "no"  # a proxy in front passes each line as it comes
@@ -153,13 +160,21 @@ def _may_retrieve(request: Request, op: Operation) -> bool:
 
 
 def _lines(
-    op: Operation, handle: dict, wait: float, waiter: notices.Waiter | None
+    op: Operation,
+    handle: dict,
+    wait: float,
+    waiter: notices.Waiter | None,
+    release: Callable[[], None] | None,
 ) -> Iterator[bytes]:
     # Runs once the view has returned, so after the operation's commit: the handle goes out at
     # once, then the wait, outside any transaction.
-    yield _line(handle)
-    deadline = time.monotonic() + wait
-    op = notices.wait_finished(op, deadline, waiter)
+    try:
+        yield _line(handle)
+        deadline = time.monotonic() + wait
+        op = notices.wait_finished(op, deadline, waiter)
+    finally:
+        if release is not None:
+            release()
     yield _line(finished_body(op)[0])
 
 

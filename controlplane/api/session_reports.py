@@ -14,11 +14,15 @@ from controlplane.metering.models import Meter, UsageRecord
 from controlplane.operations.session_end import session_stop
 from controlplane.sagemaker_sessions.selectors import blocked_reason
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions.models import Checkpoint, Operation, Session, TrainingModel
+from controlplane.training_sessions.models import (
+    Checkpoint,
+    Operation,
+    Session,
+    SessionFinish,
+    TrainingModel,
+)
 from controlplane.training_sessions.queue_status import model_queue_status, summary
 from controlplane.training_sessions.selectors import session_get
-
-from .models import SessionFinish
 
 __all__ = [
     "PROJECT_ID",

@@ -3,7 +3,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerSplitView
 
-from .apis import (
+from .views import (
     audit,
     auth,
     billing,

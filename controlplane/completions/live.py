@@ -12,6 +12,7 @@ Where workers send no tokens (SQLite), the finished answer is sent as the same e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -109,7 +110,7 @@ class _Heard:
     def __init__(self) -> None:
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self._channels: list[str] = []
-        self._waiters: list[tuple[str, notices.Waiter]] = []
+        self._waiters = contextlib.ExitStack()  # each request's completion listened for
 
     def listen(self, request_id: str) -> threading.Event:
         """Hear ``request_id``'s tokens and completion; set once its tokens are listened for."""
@@ -118,17 +119,16 @@ class _Heard:
         listened = pg_listen.listener.listen(
             name, lambda payload: self.queue.put((request_id, payload))
         )
-        waiter = notices.expect(request_id, on_wake=lambda: self.queue.put((request_id, _FINISHED)))
-        if waiter is not None:
-            self._waiters.append((request_id, waiter))
+        self._waiters.enter_context(
+            notices.listening(request_id, on_wake=lambda: self.queue.put((request_id, _FINISHED)))
+        )
         return listened
 
     def close(self) -> None:
         for name in self._channels:
             pg_listen.listener.unlisten(name)
-        for request_id, waiter in self._waiters:
-            notices.forget(request_id, waiter)
-        self._channels, self._waiters = [], []
+        self._waiters.close()
+        self._channels = []
 
 
 def stream(

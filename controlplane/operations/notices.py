@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 
@@ -50,15 +51,18 @@ def parse_notice(payload: str) -> tuple[str, dict | None]:
 
 
 class Waiter:
-    """One request waiting for an operation: woken by its notice, holding the state it carried.
+    """One request waiting for ``request_id``'s operation: woken by its notice, holding the
+    state it carried. Made, registered and unregistered by ``listening``.
 
     ``listening``: LISTEN was in place when it registered, so no notice sent after that is
     missed (one registered before the operation's insert commits needs no look at the row)."""
 
-    def __init__(self, on_wake: Callable[[], None] | None = None) -> None:
+    def __init__(self, request_id: str, on_wake: Callable[[], None] | None = None) -> None:
+        self.request_id = request_id
         self.event = threading.Event()
         self.state: dict | None = None
         self.listening = False
+        self.kept = False
         self._on_wake = on_wake  # also told (in the listener's thread), e.g. to fill a queue
 
     def wake(self, state: dict | None) -> None:
@@ -67,6 +71,17 @@ class Waiter:
         self.event.set()
         if self._on_wake is not None:
             self._on_wake()
+
+    def keep(self) -> Callable[[], None]:
+        """Leave it registered past its ``listening`` block (which ends without an error), for
+        a wait that runs later, e.g. a streamed response's: the caller takes on calling the
+        ``release`` returned, once that wait is over or will never run."""
+        self.kept = True
+        return self.release
+
+    def release(self) -> None:
+        """Stop listening (again: a no-op)."""
+        waiting.unregister(self.request_id, self)
 
 
 class _Waiting:
@@ -77,16 +92,12 @@ class _Waiting:
         self._lock = threading.Lock()
         self._waiting: dict[str, list[Waiter]] = defaultdict(list)
 
-    def register(
-        self, request_id: str, *, wait: float = 2.0, on_wake: Callable[[], None] | None = None
-    ) -> Waiter:
-        """A waiter for ``request_id``'s notice; ``wait``: how long to wait for LISTEN to be in
-        place (without it, the waiter falls back to looks at the row)."""
-        waiter = Waiter(on_wake)
+    def register(self, waiter: Waiter, *, wait: float) -> None:
+        """Wake ``waiter`` at its request's notice; ``wait``: how long to wait for LISTEN to be
+        in place (without it, the waiter falls back to looks at the row)."""
         with self._lock:
-            self._waiting[request_id].append(waiter)
+            self._waiting[waiter.request_id].append(waiter)
         waiter.listening = pg_listen.listener.start(wait=wait)
-        return waiter
 
     def unregister(self, request_id: str, waiter: Waiter) -> None:
         with self._lock:
@@ -111,18 +122,28 @@ waiting = _Waiting()
 pg_listen.listener.subscribe(CHANNEL, waiting.deliver)
 
 
-def expect(request_id: str, on_wake: Callable[[], None] | None = None) -> Waiter | None:
-    """Listen for an operation about to be inserted (None where there are no notices): its
-    waiter hears every notice, so ``wait_finished`` need not look at the row first. Pass it to
-    ``wait_finished``, or to ``forget`` if the operation never goes in. ``on_wake``: also told
-    of each notice."""
-    # (never held up: while LISTEN is not in place, the wait looks at the row instead)
-    return waiting.register(request_id, wait=0, on_wake=on_wake) if available() else None
-
-
-def forget(request_id: str, waiter: Waiter | None) -> None:
-    if waiter is not None:
-        waiting.unregister(request_id, waiter)
+@contextmanager
+def listening(
+    request_id: str, *, on_wake: Callable[[], None] | None = None, wait: float = 0
+) -> Iterator[Waiter | None]:
+    """Listen for ``request_id``'s completion notice for the block's length (None where there
+    are no notices): entered before the operation is inserted, its waiter hears every notice,
+    so ``wait_finished`` need not look at the row first. Unregistered when the block ends,
+    however it ends, unless ``Waiter.keep`` handed its release to a later wait. ``on_wake``:
+    also told of each notice. ``wait``: how long to wait for LISTEN to be in place (by default
+    never held up: while it is not, the wait looks at the row instead)."""
+    if not available():
+        yield None
+        return
+    waiter = Waiter(request_id, on_wake)
+    try:
+        waiting.register(waiter, wait=wait)
+        yield waiter
+    except BaseException:
+        waiter.release()
+        raise
+    if not waiter.kept:
+        waiter.release()
 
 
 def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) -> Operation:
@@ -130,33 +151,39 @@ def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) 
 
     Woken by the operation's notice where there is one (with the finished state in it, the row
     is not read again); else it looks at the row, tightly at first, then backing off.
-    ``waiter``: from ``expect``, registered before the operation was inserted.
+    ``waiter``: from ``listening``, entered before the operation was inserted (and released by
+    its owner); without one, it listens for the wait's length.
     """
     if not available():
         return _wait_polling(op, deadline)
-    expected = waiter is not None and waiter.listening
-    if waiter is None:
-        waiter = waiting.register(op.pk)
-    try:
-        if waiter.state is not None:  # its notice came already
+    if waiter is not None:
+        return _wait_notified(op, deadline, waiter, expected=waiter.listening)
+    with listening(op.pk, wait=2.0) as own:
+        if own is None:
+            return _wait_polling(op, deadline)
+        return _wait_notified(op, deadline, own, expected=False)
+
+
+def _wait_notified(op: Operation, deadline: float, waiter: Waiter, *, expected: bool) -> Operation:
+    """``wait_finished`` heard through ``waiter``; ``expected``: it heard every notice since
+    before the operation went in, so the row need not be read first."""
+    if waiter.state is not None:  # its notice came already
+        for name, value in waiter.state.items():
+            setattr(op, name, value)
+    elif not expected:
+        # Look again now that we listen: a notice sent before registering is not missed.
+        op.refresh_from_db(fields=_FIELDS)
+    while op.status not in Operation.FINISHED:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        waiter.event.wait(min(remaining, 1.0))
+        waiter.event.clear()
+        if waiter.state is not None:
             for name, value in waiter.state.items():
                 setattr(op, name, value)
-        elif not expected:
-            # Look again now that we listen: a notice sent before registering is not missed.
+        else:  # woken without the state (too large for a notice), or a periodic look
             op.refresh_from_db(fields=_FIELDS)
-        while op.status not in Operation.FINISHED:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            waiter.event.wait(min(remaining, 1.0))
-            waiter.event.clear()
-            if waiter.state is not None:
-                for name, value in waiter.state.items():
-                    setattr(op, name, value)
-            else:  # woken without the state (too large for a notice), or a periodic look
-                op.refresh_from_db(fields=_FIELDS)
-    finally:
-        waiting.unregister(op.pk, waiter)
     return op
 
 

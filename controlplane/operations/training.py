@@ -255,14 +255,7 @@ def submit(
                 api_key=audit.api_key,
             )
     except (DomainError, ValidationError) as exc:
-        known = body if isinstance(body, dict) else {}
-        training_reject(
-            tenant=tenant,
-            model_id=known.get("model_id"),
-            seq_id=known.get("seq_id"),
-            kind=kind,
-            error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
-        )
+        refused_on_arrival(tenant=tenant, kind=kind, body=body, exc=exc)
         raise
 
 
@@ -468,6 +461,21 @@ def _model_locked(
     model.worker = row_mapper.load(Worker, worker_row) if worker_row[0] is not None else None
     model.tenant = tenant
     return model, row[-2], row[-1]
+
+
+def refused_on_arrival(*, tenant: Tenant, kind: str, body: object, exc: Exception) -> None:
+    """Record a training request refused on arrival (``exc``): the one place that does, for a
+    body that did not parse, did not validate or was refused by ``submit``. It takes the seq_id
+    its ``body`` names (``training_reject``); a protobuf body that parsed but did not validate
+    names its model, seq_id and kind on ``exc`` itself."""
+    known = body if isinstance(body, dict) else {}
+    training_reject(
+        tenant=tenant,
+        model_id=getattr(exc, "model_id", None) or known.get("model_id"),
+        seq_id=getattr(exc, "seq_id", None) or known.get("seq_id"),
+        kind=getattr(exc, "kind", None) or kind,
+        error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
+    )
 
 
 def training_reject(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from pydantic import ValidationError
 
-from controlplane.api.apis.training import ACTIONS
+from controlplane.api.views.training import ACTIONS
 from controlplane.audit.services import audited_transaction
 from controlplane.edge.callers import allow, principal_of
 from controlplane.errors import DomainError

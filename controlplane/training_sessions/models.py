@@ -55,6 +55,23 @@ class Session(models.Model):
         super().save(*args, **kwargs)
 
 
+class SessionFinish(models.Model):
+    """A client's own account of how its session ended (tinker's ``sessions/<id>/finish``,
+    SDK >= 0.26); the first one given stands, and the session's status answers with it."""
+
+    class Reason(models.TextChoices):
+        SUCCESS = "success"
+        ERRORED = "errored"
+        INTERRUPTED = "interrupted"
+
+    session = models.OneToOneField(
+        Session, primary_key=True, on_delete=models.CASCADE, related_name="client_finish"
+    )
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    detail = models.TextField(blank=True)
+    finished_at = models.DateTimeField(auto_now_add=True)
+
+
 class TrainingModel(models.Model):
     """A LoRA adapter being trained on one worker (a "training run")."""
 

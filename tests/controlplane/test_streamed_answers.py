@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from controlplane import pg_listen
 from controlplane.audit.models import AuditEvent
 from controlplane.operations import notices
+from controlplane.training_sessions.models import Operation, TrainingModel
 
 from .conftest import TINY
 from .wire import create_model, datum, fwdbwd, open_session
@@ -181,13 +182,103 @@ def test_listening_ahead_never_holds_a_submit_up(settings) -> None:
     settings.NOTIFY_ON_COMPLETION = True
     pg_listen.listener.stop()
     started = time.monotonic()
-    waiter = notices.expect("req-ahead")
-    assert time.monotonic() - started < 0.5 and waiter is not None
-    assert waiter.listening is False
-    notices.forget("req-ahead", waiter)
+    with notices.listening("req-ahead") as waiter:
+        assert time.monotonic() - started < 0.5 and waiter is not None
+        assert waiter.listening is False
     deadline = time.monotonic() + 5  # it started the listener, which is soon in place
     while not pg_listen.listener.ensure_listening() and time.monotonic() < deadline:
         time.sleep(0.05)
-    later = notices.expect("req-later")
-    assert later.listening is True
-    notices.forget("req-later", later)
+    with notices.listening("req-later") as later:
+        assert later is not None and later.listening is True
+    assert not registered("req-ahead") and not registered("req-later")
+
+
+def registered(request_id: str) -> bool:
+    return bool(notices.waiting._waiting.get(request_id))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_waiter_is_unregistered_however_its_block_ends(settings) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("notices are PostgreSQL's")
+    settings.NOTIFY_ON_COMPLETION = True
+    with (
+        pytest.raises(RuntimeError, match="the insert failed"),
+        notices.listening("req-raises") as waiter,
+    ):
+        assert waiter is not None and registered("req-raises")
+        raise RuntimeError("the insert failed")
+    assert not registered("req-raises")
+    with notices.listening("req-plain"):
+        assert registered("req-plain")
+    assert not registered("req-plain")
+    with notices.listening("req-kept") as kept:  # handed to a later wait, which releases it
+        release = kept.keep()
+    assert registered("req-kept")
+    release()
+    release()  # again: a no-op
+    assert not registered("req-kept")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refused_and_plain_submits_leave_no_waiter(settings, alice, bob, charlie, runtime) -> None:
+    """Every way a submit that prefers to wait ends (refused before the insert, answered with
+    the handle alone, streamed to its end) leaves nothing listening."""
+    if connection.vendor != "postgresql":
+        pytest.skip("notices are PostgreSQL's")
+    settings.NOTIFY_ON_COMPLETION = True
+    mid = create_model(alice, runtime, open_session(alice))
+    assert charlie.post("forward_backward", fwdbwd(mid, 1, [datum([1])]), **WAIT).status_code == 404
+    r = alice.post("forward_backward", {"model_id": mid, "seq_id": 1}, **WAIT)
+    assert r.status_code == 400, r.content
+    assert notices.waiting._waiting == {}
+    r = alice.post("forward_backward", fwdbwd(mid, 2, [datum([1, 2])]), **WAIT)
+    runtime.drain()
+    lines(r)
+    assert notices.waiting._waiting == {}
+    bobs = create_model(bob, runtime, open_session(bob))
+    r = alice.client.put(
+        "/api/v1/iam/users/bob@example.com/policies/no-futures",
+        {"document": DENY_RETRIEVE},
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    r = bob.post("forward_backward", fwdbwd(bobs, 1, [datum([1, 2])]), **WAIT)
+    assert r.status_code == 200 and r["Content-Type"] == "application/json"  # the handle alone
+    assert notices.waiting._waiting == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_between_the_insert_and_the_wait_is_not_missed(
+    settings, alice, runtime
+) -> None:
+    """The operation finishes (its notice sent and heard) after its insert and before anyone
+    waits: the wait answers from the notice at once, without reading the row."""
+    if connection.vendor != "postgresql":
+        pytest.skip("notices are PostgreSQL's")
+    settings.NOTIFY_ON_COMPLETION = True
+    mid = create_model(alice, runtime, open_session(alice))
+    model = TrainingModel.objects.get(pk=mid)
+    with notices.listening("req-between", wait=5) as waiter:
+        assert waiter is not None and waiter.listening is True
+        op = Operation.objects.create(
+            id="req-between",
+            tenant=model.tenant,
+            session_id=model.session_id,
+            model=model,
+            seq_id=1,
+            kind=Operation.Kind.OPTIM_STEP,
+            payload={},
+            payload_digest="",
+        )
+        Operation.objects.filter(pk=op.pk).update(
+            status=Operation.Status.DONE, result={"metrics": {"n": 1.0}}
+        )
+        assert waiter.event.wait(10)  # the listener heard it; nobody waits yet
+        assert op.status == Operation.Status.PENDING  # the stale row the submit holds
+        with CaptureQueriesContext(connection) as queries:
+            done = notices.wait_finished(op, time.monotonic() + 0.5, waiter)
+        assert done.status == Operation.Status.DONE
+        assert done.result == {"metrics": {"n": 1.0}}
+        assert [q["sql"] for q in queries] == []
+    assert not registered("req-between")

@@ -32,10 +32,12 @@ from ..parsing import parse
 from ..protobuf_bodies import ProtobufAliasParser, ProtobufParser, is_protobuf
 
 
-def _step(request: Request, kind: str) -> Response:
-    """A training step (forward, forward_backward, optim_step): its body read, the caller's IAM
-    decision on its model (written with the operation), one submit, the future."""
-    body = _body(request, kind)
+def _step(request: Request, kind: str, body: object = None) -> Response:
+    """A training step (forward, forward_backward, optim_step): its body read (unless given),
+    the caller's IAM decision on its model (written with the operation), one submit (which
+    records a refusal), the future."""
+    if body is None:
+        body = _body(request, kind)
     tenant = tenant_of(request)
     model_id = body.get("model_id") if isinstance(body, dict) else None
     access = decide(
@@ -45,18 +47,11 @@ def _step(request: Request, kind: str) -> Response:
         request=request,
     )
     request_id = new_id("req")
-    waiter = responses.expect(request, request_id)  # listening before the insert commits
-    try:
+    with responses.listening(request, request_id) as waiter:  # before the insert commits
         op = training.submit(
             tenant=tenant, kind=kind, body=body, access=access, request_id=request_id
         )
-    except BaseException:
-        responses.forget(request_id, waiter)
-        raise
-    if op.pk != request_id:  # a retry, answered with the operation it made before
-        responses.forget(request_id, waiter)
-        waiter = None
-    return future(request, op, op.model_id, waiter)
+        return future(request, op, op.model_id, waiter)
 
 
 def sequenced(kind: str):
@@ -94,16 +89,9 @@ def _body(request: Request, kind: str):
 
 
 def _refused(request: Request, kind: str, exc: Exception) -> None:
-    """Record a refused training request under its seq_id (a protobuf body that parsed but
-    did not validate names its model and seq_id itself)."""
-    body = request.data if isinstance(request.data, dict) else {}
-    training.training_reject(
-        tenant=tenant_of(request),
-        model_id=getattr(exc, "model_id", None) or body.get("model_id"),
-        seq_id=getattr(exc, "seq_id", None) or body.get("seq_id"),
-        kind=getattr(exc, "kind", None) or kind,
-        error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
-    )
+    """A refusal before (or around) the service's submit, recorded as the service records
+    its own (``training.refused_on_arrival``)."""
+    training.refused_on_arrival(tenant=tenant_of(request), kind=kind, body=request.data, exc=exc)
 
 
 ACTIONS = {
@@ -128,11 +116,10 @@ def forward_backward(request: Request) -> Response:
     """JSON, or a protobuf ``ForwardBackwardRequest`` (tinker SDK ≥ 0.25). A protobuf body with
     ``forward_only`` is a forward: it runs as one and never touches gradients."""
     kind = Operation.Kind.FORWARD_BACKWARD
-    if is_protobuf(request):
-        body = _body(request, kind)
-        if isinstance(body, dict) and "forward_input" in body:
-            kind = Operation.Kind.FORWARD
-    return _step(request, kind)
+    body = _body(request, kind)
+    if is_protobuf(request) and isinstance(body, dict) and "forward_input" in body:
+        kind = Operation.Kind.FORWARD
+    return _step(request, kind, body)
 
 
 @api_view(["POST"])
