@@ -189,13 +189,12 @@ class Pass:
             outcomes[op.pk] = outcome
             if not outcome.ok and outcome.category == "server":
                 log.error("operation %s (%s) failed: %s", op.pk, op.kind, outcome.error)
-        log.info(
-            "%s x%d (%s tokens) %.1f ms",
-            kind,
-            len(runnable),
-            tokens,
-            1000 * (time.perf_counter() - started),
-        )
+        ms = 1000 * (time.perf_counter() - started)
+        if len(runnable) == 1:  # a pack of one is logged as the operation it is
+            (op,) = runnable
+            log.info("%s %s seq=%s (%s tokens) %.1f ms", kind, op.model_id, op.seq_id, tokens, ms)
+        else:
+            log.info("%s x%d (%s tokens) %.1f ms", kind, len(runnable), tokens, ms)
         return outcomes
 
 
