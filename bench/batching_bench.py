@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -204,6 +205,26 @@ def _counts(text: str) -> tuple[int, ...]:
     return tuple(int(n) for n in text.split(","))
 
 
+@contextmanager
+def tiny_host(threads: int | None, reps: int, sessions: int) -> Iterator[tuple[ModelHost, list]]:
+    """The tiny model's host (adapters spilled to a temporary folder) with ``sessions`` LoRA
+    sessions, after a line saying the machine and a warning when it is busy."""
+    if threads:
+        torch.set_num_threads(threads)
+    print(
+        f"model={TINY_MODEL} device=cpu threads={torch.get_num_threads()} "
+        f"cpus={os.cpu_count()} torch={torch.__version__} reps={reps}",
+        flush=True,
+    )
+    if os.getloadavg()[0] > 0.5:
+        print(f"warning: load average {os.getloadavg()[0]:.1f}: timings are noisy", file=sys.stderr)
+    catalog = default_catalog()
+    catalog.materialize(TINY_MODEL)
+    with tempfile.TemporaryDirectory() as spill:
+        host = ModelHost(TINY_MODEL, HostConfig(spill_dir=Path(spill)), catalog)
+        yield host, make_sessions(host, sessions)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.batching_bench", description=__doc__)
     p.add_argument("--reps", type=int, default=3)
@@ -225,20 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         "train_tokens": 16,
     }
     a = parse_with_quick(p, argv, quick)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    print(
-        f"model={TINY_MODEL} device=cpu threads={torch.get_num_threads()} "
-        f"cpus={os.cpu_count()} torch={torch.__version__} reps={a.reps}",
-        flush=True,
-    )
-    if os.getloadavg()[0] > 0.5:
-        print(f"warning: load average {os.getloadavg()[0]:.1f}: timings are noisy", file=sys.stderr)
-    catalog = default_catalog()
-    catalog.materialize(TINY_MODEL)
-    with tempfile.TemporaryDirectory() as spill:
-        host = ModelHost(TINY_MODEL, HostConfig(spill_dir=Path(spill)), catalog)
-        ids = make_sessions(host, max(a.counts))
+    with tiny_host(a.threads, a.reps, max(a.counts)) as (host, ids):
         sampling, _ = bench_sampling(a, host, ids)
         together = min(8, max(a.counts))  # the sessions measured against generate
         rows = [*sampling, *bench_training(a, host, ids), bench_vs_generate(a, host, ids, together)]

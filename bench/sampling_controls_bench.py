@@ -13,25 +13,20 @@ pass, so the counts are equal. Nothing asserts on speed; the target column says 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from loopwright.structured_output import Structure
-from workers.engine.catalog import TINY_MODEL, default_catalog
-from workers.engine.host import HostConfig, ModelHost
+from workers.engine.host import ModelHost
 from workers.engine.logits_processors import Controls
 from workers.engine.sampler import SampleJob
 
-from .batching_bench import make_sessions
+from .batching_bench import tiny_host
 from .report import Row, format_table
 
 SESSIONS = 8
@@ -133,20 +128,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     a = p.parse_args(argv)
     a.reps = a.reps or (3 if a.quick else 5)
     a.new_tokens = a.new_tokens or (16 if a.quick else 64)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    print(
-        f"model={TINY_MODEL} device=cpu threads={torch.get_num_threads()} "
-        f"cpus={os.cpu_count()} torch={torch.__version__} reps={a.reps}",
-        flush=True,
-    )
-    if os.getloadavg()[0] > 0.5:
-        print(f"warning: load average {os.getloadavg()[0]:.1f}: timings are noisy", file=sys.stderr)
-    catalog = default_catalog()
-    catalog.materialize(TINY_MODEL)
-    with tempfile.TemporaryDirectory() as spill:
-        host = ModelHost(TINY_MODEL, HostConfig(spill_dir=Path(spill)), catalog)
-        ids = make_sessions(host, SESSIONS)
+    with tiny_host(a.threads, a.reps, SESSIONS) as (host, ids):
         rows = [
             compare(a, host, ids, "mixed processors", MIXED),
             compare(a, host, ids, "mixed processors and grammars", STRUCTURED),
