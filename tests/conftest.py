@@ -9,6 +9,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest
 
+# The fixtures several folders share (tests/support/fixtures.py): settings, people, the tiny worker.
+pytest_plugins = ["tests.support.fixtures"]
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two test processes share the cores: torch's default of one thread per core would put
     # four threads on two cores, and every multi-threaded op would wait at its barrier for a
@@ -51,7 +54,8 @@ def django_db_setup(django_db_setup):
     listener.stop()
 
 
-# The three people (tests/people.py); each face's conftest defines ``people`` as its own clients.
+# The three people (tests/people.py): ``people`` is theirs as API callers
+# (tests/support/fixtures.py) unless a folder's conftest defines them as its own clients.
 @pytest.fixture
 def alice(people):
     return people[0]

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from io import StringIO
 
 import pytest
 from anthropic.types import Message, MessageTokensCount
-from django.core.management import call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -22,8 +20,9 @@ from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
 from controlplane.quotas import ratelimit
 from controlplane.training_sessions.models import Operation, SamplingSession
-from tests.controlplane.conftest import TINY
-from tests.controlplane.wire import create_model, open_session, result
+from tests.support.quotas import set_quota
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, open_session, result
 
 pytestmark = pytest.mark.django_db
 
@@ -522,10 +521,6 @@ def test_an_inline_deny_of_sample_is_a_403(alice, bob, world) -> None:
         ask = body if path == "messages" else {"model": world["model"], "messages": HI}
         assert "sessions:Sample" in error_of(post(bob, path, ask), 403, "permission_error")
     assert post(alice, "messages", body).status_code == 200
-
-
-def set_quota(person, *args: str) -> None:
-    call_command("set_quota", "--account", person.tenant.account_id, *args, stdout=StringIO())
 
 
 def test_the_monthly_budget_is_a_402(alice, world) -> None:

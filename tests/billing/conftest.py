@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 from stripe._http_client import HTTPClient
 
-from tests.controlplane.conftest import _settings, people  # noqa: F401
-
 from .stripe_server import API_KEY, StripeServer, StripeState
+
+
+@pytest.fixture(autouse=True)
+def _settings(control_plane_settings):
+    """Every test here runs with the control plane's test settings."""
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,7 @@ from controlplane.audit.models import AuditEvent
 from controlplane.pg_listen import connect_params
 from controlplane.process_cache import CHANNEL
 from tests.aws.signing import as_django, signed
-
-from .conftest import Person
+from tests.support.callers import Person
 
 pytestmark = pytest.mark.django_db
 

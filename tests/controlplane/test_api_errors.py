@@ -10,9 +10,8 @@ from django.utils import timezone
 from controlplane.fleet.models import Worker
 from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.training_sessions.models import Session
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,8 @@ from rest_framework.test import APIClient
 
 from controlplane.iam.models import ApiKey
 from controlplane.tenants.models import Membership
-
-from .conftest import Person, member
-from .wire import open_session
+from tests.support.callers import Person, member
+from tests.support.wire import open_session
 
 pytestmark = pytest.mark.django_db
 
@@ -245,7 +244,7 @@ def test_a_session_needs_a_role_it_may_pass_and_that_trusts_sessions(
 def test_an_inline_deny_stops_training_and_the_audit_log_says_why(
     alice: Person, bob: Person, charlie: Person, runtime
 ) -> None:
-    from .wire import create_model, datum, fwdbwd
+    from tests.support.wire import create_model, datum, fwdbwd
 
     session_id = open_session(bob)
     model_id = create_model(bob, runtime, session_id)
@@ -362,7 +361,7 @@ def test_expired_keys_are_refused_and_old_audit_events_pruned(alice: Person, set
 
 
 def test_the_session_role_must_be_allowed_to_use_the_checkpoint_key(alice: Person, runtime) -> None:
-    from .wire import create_model, result
+    from tests.support.wire import create_model, result
 
     train_only = {
         "Version": "2012-10-17",

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 from controlplane.training_sessions.models import Operation
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from controlplane.audit.models import AuditEvent
-
-from .wire import create_model, datum, fwdbwd, open_session
+from tests.support.wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,7 @@ import pytest
 from controlplane.audit.models import AuditEvent
 from controlplane.audit.services import audit_record, audited_transaction
 from controlplane.training_sessions.models import Operation
-
-from .wire import create_model, datum, fwdbwd, open_session
+from tests.support.wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,8 +22,7 @@ from controlplane.budgets.webhooks import SIGNATURE_HEADER, deliveries_send, sig
 from controlplane.housekeeping.janitor import sweep
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
-
-from .conftest import TINY
+from tests.support.tiny_worker import TINY
 
 pytestmark = pytest.mark.django_db
 
@@ -255,8 +254,7 @@ def test_a_webhook_secret_moves_with_the_master_key(alice, receiver, settings) -
 def test_the_holds_of_finished_operations_are_forgotten(alice, runtime) -> None:
     from controlplane.budgets.models import BudgetHold
     from controlplane.budgets.services import holds_prune
-
-    from .wire import create_model, datum, fwdbwd, open_session
+    from tests.support.wire import create_model, datum, fwdbwd, open_session
 
     budget(alice)
     model = create_model(alice, runtime, open_session(alice))

@@ -20,9 +20,8 @@ from django.utils import timezone
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.reports import usage_report
 from controlplane.metering.services import price_set
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -20,9 +20,9 @@ from controlplane.metering.models import UsageRecord
 from controlplane.metering.services import price_set
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Session
-
-from .conftest import TINY, Person, member
-from .wire import create_model, datum, fwdbwd, result
+from tests.support.callers import Person, member
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, result
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,7 @@ from controlplane.tenants.services import storage_location_register
 from controlplane.training_sessions.models import Checkpoint, Operation
 from controlplane.training_sessions.services.retention import checkpoints_expire
 from tests.storage.s3_server import bucket, s3, s3_endpoint
-
-from .wire import ModelRun
+from tests.support.wire import ModelRun
 
 __all__ = ["bucket", "s3", "s3_endpoint"]  # fixtures: moto's S3 server, one per module
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import TINY
-from .wire import create_model, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,7 @@ from controlplane.tenants.services import storage_location_register
 from controlplane.training_sessions.models import Checkpoint
 from controlplane.training_sessions.services.retention import checkpoints_expire
 from tests.storage.s3_server import bucket, s3, s3_endpoint
-
-from .wire import ModelRun, datum, result
+from tests.support.wire import ModelRun, datum, open_session, result
 
 __all__ = ["bucket", "s3", "s3_endpoint"]  # fixtures: moto's S3 server, one per module
 
@@ -73,13 +72,6 @@ class Run(ModelRun):
         return self.run("forward", forward_input=data)["loss_fn_outputs"][0]["logprobs"]["data"]
 
 
-def open_session(person, **platform) -> str:
-    body = {"tags": [], "sdk_version": "test", "role_arn": person.role_arn, **platform}
-    r = person.post("create_session", body)
-    assert r.status_code == 200, r.content
-    return r.json()["session_id"]
-
-
 def objects(s3: Any, bucket: str) -> dict[str, bytes]:
     listed = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
     return {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
@@ -88,7 +80,7 @@ def objects(s3: Any, bucket: str) -> dict[str, bytes]:
 def test_a_session_with_s3_output_path_keeps_sealed_checkpoints_in_its_bucket(
     alice, runtime, scratch, s3_storage, s3, bucket, settings
 ) -> None:
-    sid = open_session(alice, s3_output_path=f"s3://{bucket}/runs/exp-1/")
+    sid = open_session(alice, tags=[], s3_output_path=f"s3://{bucket}/runs/exp-1/")
     platform = alice.get(f"sessions/{sid}").json()["platform"]
     assert platform["s3_output_path"] == f"s3://{bucket}/runs/exp-1"
     run = Run(alice, runtime, sid)
@@ -135,7 +127,7 @@ def test_a_session_with_s3_output_path_keeps_sealed_checkpoints_in_its_bucket(
 def test_expired_checkpoints_leave_the_bucket(
     alice, runtime, scratch, s3_storage, s3, bucket
 ) -> None:
-    sid = open_session(alice, s3_output_path=f"s3://{bucket}/ttl")
+    sid = open_session(alice, tags=[], s3_output_path=f"s3://{bucket}/ttl")
     run = Run(alice, runtime, sid)
     keep = run.run("save_weights", path="keep")["path"]
     brief = run.run("save_weights_for_sampler", path="brief", ttl_seconds=60, merge_weights=True)
@@ -159,16 +151,16 @@ def store(request) -> dict:
 def test_resuming_from_saved_state_equals_training_straight_through(
     alice, runtime, scratch, store
 ) -> None:
-    straight = Run(alice, runtime, open_session(alice))
+    straight = Run(alice, runtime, open_session(alice, tags=[]))
     losses = [straight.step(i) for i in range(1, 6)]
 
-    first = Run(alice, runtime, open_session(alice, **store))
+    first = Run(alice, runtime, open_session(alice, tags=[], **store))
     assert [first.step(i) for i in range(1, 4)] == losses[:3]
     saved = first.run("save_weights", path="three-steps")["path"]
     uri = Checkpoint.objects.get(tinker_path=saved).storage_uri
     assert uri.startswith("s3://" if store else "file:///")
 
-    resumed = Run(alice, runtime, open_session(alice))  # a new session
+    resumed = Run(alice, runtime, open_session(alice, tags=[]))  # a new session
     assert resumed.run("load_weights", path=saved, optimizer=True)["path"] == saved
     assert [resumed.step(i) for i in range(4, 6)] == losses[3:]
     assert resumed.outputs() == straight.outputs()  # bit for bit
@@ -209,13 +201,13 @@ def test_a_damaged_checkpoint_fails_the_load_and_leaves_the_model_as_it_was(
     alice, runtime, scratch, store, damage, request
 ) -> None:
     s3 = request.getfixturevalue("s3") if store else None
-    trained = Run(alice, runtime, open_session(alice, **store))
+    trained = Run(alice, runtime, open_session(alice, tags=[], **store))
     trained.step(1)
     saved = trained.run("save_weights", path="s1")["path"]
     expected = trained.outputs()
     ckpt = Checkpoint.objects.get(tinker_path=saved)
 
-    target = Run(alice, runtime, open_session(alice))
+    target = Run(alice, runtime, open_session(alice, tags=[]))
     target.step(2)
     before = target.outputs()
     name = "adapter_model.safetensors"
@@ -270,18 +262,22 @@ def test_a_non_string_s3_output_path_is_refused(alice) -> None:
 def test_another_tenant_cannot_load_or_sample_a_stored_checkpoint(
     alice, charlie, runtime, scratch, s3_storage, bucket
 ) -> None:
-    sid = open_session(alice, s3_output_path=f"s3://{bucket}/alice")
+    sid = open_session(alice, tags=[], s3_output_path=f"s3://{bucket}/alice")
     run = Run(alice, runtime, sid)
     saved = run.run("save_weights", path="s1")["path"]
     sampler = run.run("save_weights_for_sampler", path="sw")["path"]
 
-    theirs = Run(charlie, runtime, open_session(charlie))
+    theirs = Run(charlie, runtime, open_session(charlie, tags=[]))
     for optimizer in (True, False):
         r = theirs.submit("load_weights", path=saved, optimizer=optimizer)
         assert r.status_code == 404 and r.json()["field"] == "path"
     r = charlie.post(
         "create_sampling_session",
-        {"session_id": open_session(charlie), "sampling_session_seq_id": 0, "model_path": sampler},
+        {
+            "session_id": open_session(charlie, tags=[]),
+            "sampling_session_seq_id": 0,
+            "model_path": sampler,
+        },
     )
     assert r.status_code == 404
 

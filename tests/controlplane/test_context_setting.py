@@ -10,9 +10,8 @@ import pytest
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.reports import session_usage
 from controlplane.training_sessions.models import Operation, SamplingSession, TrainingModel
-
-from .conftest import TINY
-from .wire import datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

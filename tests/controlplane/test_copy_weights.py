@@ -13,8 +13,7 @@ from django.utils import timezone
 from controlplane.registry.models import ModelPackage
 from controlplane.training_sessions.models import Checkpoint, TrainingModel
 from controlplane.training_sessions.services.retention import checkpoints_expire
-
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 ADAM = {"learning_rate": 0.05}

@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 
 from controlplane.metering.models import UsageRecord
 from controlplane.metering.services import price_set
-
-from .conftest import TINY, Person
-from .wire import create_model, datum, fwdbwd, result
+from tests.support.callers import Person
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, result
 
 pytestmark = pytest.mark.django_db
 

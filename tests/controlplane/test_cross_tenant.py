@@ -12,9 +12,9 @@ import pytest
 
 from controlplane.anthropic_api.urls import urlpatterns as anthropic_urlpatterns
 from controlplane.api.urls import urlpatterns
-
-from .conftest import TINY, Person
-from .wire import create_model, datum, fwdbwd, open_session
+from tests.support.callers import Person
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from controlplane.training_sessions.models import Operation
-
-from .conftest import TINY
-from .wire import datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,8 @@ from controlplane.kms.envelope import MAGIC
 from controlplane.registry import uploads
 from controlplane.registry.models import ExternalUpload
 from controlplane.storage import location
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

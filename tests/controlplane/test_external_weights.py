@@ -17,9 +17,8 @@ from controlplane.iam.models import ApiKey, Role
 from controlplane.iam.services import api_key_create, api_key_revoke, role_delete
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import membership_remove
-
-from .conftest import _client, member
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.callers import api_client, member
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 
@@ -152,7 +151,7 @@ def test_a_deleted_role_refuses_its_links_and_a_policy_change_is_heard(alice, sa
 
 def _person(of, raw: str):
     """``of``'s tenant, calling with another key."""
-    return type(of)(of.name, _client(raw), of.tenant, of.role_arn, raw)
+    return type(of)(of.name, api_client(raw), of.tenant, of.role_arn, raw)
 
 
 def test_age_encryption_is_refused_by_name(alice, runtime):

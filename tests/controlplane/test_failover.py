@@ -24,10 +24,9 @@ from controlplane.training_sessions.models import (
     TrainingModel,
 )
 from controlplane.training_sessions.services import failover
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 from workers.runtime import WorkerRuntime, WorkerSettings
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ADAM = {"learning_rate": 0.05}

@@ -9,8 +9,7 @@ from rest_framework.test import APIClient
 
 from controlplane.iam import services as iam_services
 from controlplane.tenants.models import Membership
-
-from .conftest import Person, _client, member
+from tests.support.callers import Person, api_client, member
 
 Role = Membership.Role
 
@@ -100,7 +99,7 @@ def test_an_iam_role_ranks_as_an_admin(alice: Person, bob: Person, charlie: Pers
         },
     )
     _, raw = iam_services.api_key_create(tenant=alice.tenant, role=role, name="ops")
-    ops = Person("ops", _client(raw), alice.tenant, alice.role_arn, raw)
+    ops = Person("ops", api_client(raw), alice.tenant, alice.role_arn, raw)
     assert _patch(ops, "bob@example.com", "billing_viewer").status_code == 200
     assert _patch(ops, "bob@example.com", "admin").status_code == 403
     assert _patch(ops, "alice@example.com", "member").status_code == 403

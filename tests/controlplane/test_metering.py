@@ -18,9 +18,9 @@ from controlplane.metering.services import price_set, usage_record_for
 from controlplane.operations import complete
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Operation
-
-from .conftest import TINY, Person, member
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.callers import Person, member
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -18,9 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.observability.logs import logging_config
 from controlplane.training_sessions.models import Operation, Recovery, Session, TrainingModel
-
-from .conftest import TINY
-from .wire import ModelRun, datum, fwdbwd, open_session
+from tests.support.tiny_worker import TINY
+from tests.support.wire import ModelRun, datum, fwdbwd, open_session
 
 TOKEN = "metrics-token-of-these-tests"
 
@@ -198,8 +197,7 @@ def test_the_grafana_dashboard_asks_only_for_metrics_that_exist(db) -> None:
 
 def test_the_placement_queue_by_base_model_and_what_it_waits_for(alice, runtime) -> None:
     from controlplane.fleet.models import Worker
-
-    from .wire import create_model
+    from tests.support.wire import create_model
 
     Worker.objects.update(capacity=1)
     create_model(alice, runtime, open_session(alice))

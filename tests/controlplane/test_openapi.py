@@ -13,8 +13,7 @@ from controlplane import openapi
 from controlplane.anthropic_api.urls import urlpatterns as anthropic_routes
 from controlplane.api.urls import urlpatterns as api_routes
 from controlplane.openai_api.urls import urlpatterns as openai_routes
-
-from .wire import open_session
+from tests.support.wire import open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -19,9 +19,8 @@ from controlplane.metering.models import UsageDaily, UsageRecord
 from controlplane.metering.rollup import daily_rebuild
 from controlplane.operations import claim, complete, notices
 from controlplane.training_sessions.models import Operation, Recovery, TrainingModel
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -23,14 +23,14 @@ from controlplane.training_sessions import operation_states as states
 from controlplane.training_sessions.models import Operation, SamplingSession, TrainingModel
 from controlplane.training_sessions.services import failover, placement
 from tests.fleet import registration
-
-from .conftest import TINY
-from .wire import open_session
+from tests.support.tiny_worker import TINY
+from tests.support.wire import open_session
 
 pytestmark = pytest.mark.django_db
 
 
-def register(name: str) -> Fence:
+def registered(name: str) -> Fence:
+    """Worker ``name`` registered live; its fence."""
     reg = worker_register(**registration(name, TINY))
     return Fence(reg.worker.pk, reg.generation)
 
@@ -86,7 +86,7 @@ def test_the_transitions_are_the_only_ones_and_a_finished_operation_stays_finish
             assert not states.allowed(source, target)
     assert not states.allowed("pending", "done")  # a result comes only from a claimed run
 
-    fence = register("a")
+    fence = registered("a")
     model = new_model(alice)
     op = model.operations.get()  # its create_model, pending on a
     assert not states.complete(op, {}, timezone.now(), fence)  # not claimed: no result
@@ -107,10 +107,10 @@ def test_a_sample_of_a_live_model_goes_where_the_model_is_whatever_its_sampler_r
     the sweep of requests queued on a lost worker to the sampler row's worker. A sampler created
     as its model moved keeps the lost worker on its row, and the sweep left its requests there
     for good. Written once now: both send it where the model's weights are."""
-    register("a")
+    registered("a")
     model = new_model(alice)
     assert model.worker.name == "a"
-    b = register("b")
+    b = registered("b")
     lost("a")
     assert failover.workers_declare_dead(by="test") == ["a"]
     assert worker_of(model) == "b"
@@ -127,7 +127,7 @@ def test_a_sample_of_a_live_model_goes_where_the_model_is_whatever_its_sampler_r
     assert (worker_of(stray), worker_of(sampler)) == ("b", "b")
 
     # a sample of it claimed on another worker and handed back goes to b too
-    c = register("c")
+    c = registered("c")
     elsewhere = sample(sampler, c.worker_id)
     assert claim.claim(elsewhere, c)
     assert claim.requeue(request_id=elsewhere.pk, fence=c, home=True)
@@ -149,7 +149,7 @@ def test_placement_never_chooses_a_worker_silent_past_its_limit_and_prefers_fres
     more than ``PLACEABLE_SILENCE`` of its lease is never chosen; a fresh one comes first."""
     assert 0 < FRESH_SILENCE < PLACEABLE_SILENCE < 1
     for name in ("a", "b", "c"):
-        register(name)
+        registered(name)
     first = new_model(alice)
     assert first.worker.name == "a"  # the most room, then the name
 
@@ -169,8 +169,8 @@ def test_placement_never_chooses_a_worker_silent_past_its_limit_and_prefers_fres
     assert worker_of(first) == "c"
 
     # merely live (quiet past a beat and a half) against fresh: the fresh one first
-    register("d")
-    register("e")
+    registered("d")
+    registered("e")
     silent_for("d", FRESH_SILENCE + 0.1)
     assert new_model(alice).worker.name == "e"
     assert new_model(alice).worker.name == "e"  # fresh first, even with less room

@@ -20,10 +20,10 @@ from controlplane.training_sessions.models import Operation, Session, TrainingMo
 from controlplane.training_sessions.services import failover
 from controlplane.training_sessions.services.queue import Entry, fair_order
 from tests import people as people_
+from tests.support.callers import calling
+from tests.support.tiny_worker import TINY
+from tests.support.wire import open_session
 from workers.runtime import WorkerRuntime, WorkerSettings
-
-from .conftest import TINY, calling
-from .wire import open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from controlplane.iam.models import Role
 from controlplane.iam.policy_limits import MAX_CONDITION_VALUE_CHARS, MAX_PATTERN_WILDCARDS
-
-from .conftest import Person
+from tests.support.callers import Person
 
 ADVERSARIAL = "*a" * MAX_PATTERN_WILDCARDS + "*b"  # one wildcard past the limit
 

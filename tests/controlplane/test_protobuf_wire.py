@@ -11,8 +11,7 @@ import zstandard
 from loopwright.proto import pb
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import ForwardBackwardInput
-
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from controlplane.quotas import ratelimit
 from controlplane.quotas.models import RequestCount
 from controlplane.training_sessions.models import Session
 from controlplane.training_sessions.services.sessions import session_create
-
-from .wire import create_model, open_session
+from tests.support.quotas import set_quota
+from tests.support.wire import create_model, open_session
 
 pytestmark = pytest.mark.django_db
 
@@ -32,12 +32,6 @@ def create(person):
     return person.post(
         "create_session", {"tags": [], "sdk_version": "test", "role_arn": person.role_arn}
     )
-
-
-def set_quota(person, *args: str) -> str:
-    out = StringIO()
-    call_command("set_quota", "--account", person.tenant.account_id, *args, stdout=out)
-    return out.getvalue()
 
 
 def assert_session_quota(response, *, limit: int, live: int) -> None:

@@ -20,10 +20,9 @@ from controlplane.training_sessions.models import Operation, RecordedSample, Ses
 from controlplane.training_sessions.services.recordings import recordings_expire
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import ForwardBackwardInput
+from tests.support.tiny_worker import TINY
+from tests.support.wire import ModelRun, open_session, result
 from workers.executor import engine_batch
-
-from .conftest import TINY
-from .wire import ModelRun, open_session, result
 
 pytestmark = pytest.mark.django_db
 

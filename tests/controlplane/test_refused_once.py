@@ -7,9 +7,8 @@ import pytest
 
 from controlplane.audit.models import AuditEvent
 from controlplane.training_sessions.models import Operation
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,9 @@ from controlplane.housekeeping.janitor import sweep
 from controlplane.registry import services
 from controlplane.registry.models import ModelPackage
 from controlplane.training_sessions.models import Checkpoint, Session, TrainingModel
-
-from .conftest import TINY, Person
-from .wire import ModelRun, datum, result
+from tests.support.callers import Person
+from tests.support.tiny_worker import TINY
+from tests.support.wire import ModelRun, datum, result
 
 pytestmark = pytest.mark.django_db
 

@@ -23,8 +23,8 @@ from controlplane.training_sessions.models import Checkpoint
 from loopwright import ServiceClient
 from tests.engine.reference import token_logprobs
 from tests.storage.s3_server import bucket, s3, s3_endpoint
+from tests.support.callers import Person
 
-from .conftest import Person
 from .test_registry import TOKENS, Run, session, version_arn
 
 __all__ = ["bucket", "s3", "s3_endpoint"]  # fixtures: moto's S3 server, one per module

@@ -18,17 +18,10 @@ from controlplane.fleet.models import ReplicaGroup, Worker
 from controlplane.training_sessions.models import Recovery, TrainingModel
 from controlplane.training_sessions.services import failover, placement
 from controlplane.training_sessions.services.sessions import session_create
-from tests.fleet import registration
-
-from .conftest import TINY
+from tests.fleet import started
+from tests.support.tiny_worker import TINY
 
 pytestmark = pytest.mark.django_db
-
-
-def register(name: str, capacity: int = 4) -> fleet.Registration:
-    return failover.worker_start(
-        by="test", **registration(name, TINY, capacity=capacity, address="127.0.0.1")
-    )
 
 
 def model(person, replicas: int, *, ran: bool = False) -> TrainingModel:
@@ -60,7 +53,7 @@ def members(group_id: int) -> list[tuple[str, int]]:
 def test_a_group_forms_from_a_worker_with_room_and_idle_followers(people) -> None:
     alice = people[0]
     for name in ("wa", "wb", "wc"):
-        register(name)
+        started(name, TINY)
     single = model(alice, 1)
     assert single.worker.name == "wa"  # the most room, then the name
     dp = model(alice, 2)
@@ -80,19 +73,19 @@ def test_a_group_forms_from_a_worker_with_room_and_idle_followers(people) -> Non
 
 def test_a_model_waits_with_the_reason_when_no_group_can_form(people) -> None:
     alice = people[0]
-    register("wa")
+    started("wa", TINY)
     lone = model(alice, 2)
     assert lone.worker is None
     assert lone.placement == TrainingModel.Placement.WAITING_FOR_WORKER
     assert "waiting for 2 workers that serve" in lone.status_reason
     assert "1 is live" in lone.status_reason
-    register("wb")
+    started("wb", TINY)
     model(alice, 1)  # wa has a model now
     model(alice, 1)  # and wb too: neither is idle
     busy = model(alice, 2)
     assert busy.placement == TrainingModel.Placement.WAITING_FOR_CAPACITY
     assert "a follower serves only its group" in busy.status_reason
-    register("wc")  # an idle worker: the waiting ones form a group, oldest first
+    started("wc", TINY)  # an idle worker: the waiting ones form a group, oldest first
     placed = placement.models_place_waiting()
     assert lone.pk in placed
     lone.refresh_from_db()
@@ -103,7 +96,7 @@ def test_a_model_waits_with_the_reason_when_no_group_can_form(people) -> None:
 def test_the_end_of_a_group_moves_only_its_models(people) -> None:
     alice = people[0]
     for name in ("wa", "wb", "wc"):
-        register(name)
+        started(name, TINY)
     single = model(alice, 1, ran=True)
     dp = model(alice, 2, ran=True)
     group = ReplicaGroup.objects.get()
@@ -130,11 +123,11 @@ def test_the_end_of_a_group_moves_only_its_models(people) -> None:
 def test_a_member_lost_or_started_again_ends_its_group(people, settings) -> None:
     alice = people[0]
     for name in ("wa", "wb", "wc", "wd"):
-        register(name)
+        started(name, TINY)
     dp = model(alice, 2, ran=True)
     first = ReplicaGroup.objects.get()
     follower = Worker.objects.get(group=first, rank=1)
-    register(follower.name)  # started again: its old process's group ends
+    started(follower.name, TINY)  # started again: its old process's group ends
     first.refresh_from_db()
     assert first.state == "broken" and "was started again" in first.status_reason
     follower.refresh_from_db()
@@ -155,7 +148,7 @@ def test_a_member_lost_or_started_again_ends_its_group(people, settings) -> None
 def test_a_group_a_member_never_joined_ends(people, settings) -> None:
     alice = people[0]
     for name in ("wa", "wb"):
-        register(name)
+        started(name, TINY)
     dp = model(alice, 2, ran=True)
     group = ReplicaGroup.objects.get()
     ReplicaGroup.objects.filter(pk=group.pk).update(
@@ -171,7 +164,7 @@ def test_a_group_a_member_never_joined_ends(people, settings) -> None:
 
 def test_only_the_fenced_coordinator_announces_and_readies_its_group(people) -> None:
     alice = people[0]
-    regs = {name: register(name) for name in ("wa", "wb")}
+    regs = {name: started(name, TINY) for name in ("wa", "wb")}
     model(alice, 2)
     group = ReplicaGroup.objects.get()
     lead, follower = (fleet.Fence(regs[n].worker.pk, regs[n].generation) for n in ("wa", "wb"))
@@ -200,7 +193,7 @@ def test_only_the_fenced_coordinator_announces_and_readies_its_group(people) -> 
 def test_a_group_no_model_trains_on_ends(people, settings) -> None:
     alice = people[0]
     for name in ("wa", "wb"):
-        register(name)
+        started(name, TINY)
     dp = model(alice, 2, ran=True)
     group = ReplicaGroup.objects.get()
     failover.workers_declare_dead(by="janitor")
@@ -224,8 +217,8 @@ def test_a_group_has_the_room_of_its_smallest_member(people) -> None:
     """Every member holds every model of its group: a follower with room for one model makes a
     group with room for one."""
     alice = people[0]
-    register("wa", capacity=4)
-    register("wb", capacity=1)
+    started("wa", TINY, capacity=4)
+    started("wb", TINY, capacity=1)
     assert model(alice, 2).worker.name == "wa"
     second = model(alice, 2)
     assert second.worker is None

@@ -6,10 +6,8 @@ must repeat it. charlie, another tenant, gets 404 for alice's models and session
 from __future__ import annotations
 
 from datetime import timedelta
-from io import StringIO
 
 import pytest
-from django.core.management import call_command
 from django.utils import timezone
 from prometheus_client import REGISTRY
 
@@ -22,9 +20,9 @@ from controlplane.training_sessions.models import Operation, TrainingModel
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import ForwardBackwardInput
 from tests.fleet import registration
-
-from .conftest import member
-from .wire import create_model, datum, open_session
+from tests.support.callers import member
+from tests.support.quotas import set_quota
+from tests.support.wire import create_model, datum, open_session
 
 pytestmark = pytest.mark.django_db
 
@@ -47,10 +45,6 @@ def body(session_id: str, seq: int = 0, **extra) -> dict:
         "lora_config": {"rank": 4},
         **extra,
     }
-
-
-def set_quota(person, *args: str) -> None:
-    call_command("set_quota", "--account", person.tenant.account_id, *args, stdout=StringIO())
 
 
 def refusals() -> float:

@@ -10,10 +10,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from controlplane.sagemaker.endpoint import OPERATIONS
+from tests.support.callers import Person
+from tests.support.wire import result
 
-from .conftest import Person
 from .test_sagemaker_sessions import client_of, create, hub_arn_of
-from .wire import result
 
 pytestmark = pytest.mark.django_db
 

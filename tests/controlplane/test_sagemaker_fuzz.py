@@ -17,10 +17,10 @@ from controlplane.sagemaker.endpoint import OPERATIONS
 from controlplane.sagemaker_sessions.shapes import operation_model
 from tests.aws.model_fuzz import mutated_input, valid_input
 from tests.aws.signing import send
+from tests.support.callers import Person
+from tests.support.wire import result
 
-from .conftest import Person
 from .test_sagemaker_sessions import client_of, create, hub_arn_of
-from .wire import result
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,11 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from .conftest import TINY, Person
+from tests.support.callers import Person
+from tests.support.tiny_worker import TINY
+from tests.support.wire import result
+
 from .test_sagemaker_sessions import client_of, code, create
-from .wire import result
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ from botocore.exceptions import ClientError
 from controlplane.access_keys.services import access_key_create
 from controlplane.iam.selectors import role_by_arn
 from tests.aws.inprocess import sagemaker
-
-from .conftest import TINY, Person
-from .wire import ModelRun, datum, open_session
+from tests.support.callers import Person
+from tests.support.tiny_worker import TINY
+from tests.support.wire import ModelRun, datum, open_session
 
 pytestmark = pytest.mark.django_db
 

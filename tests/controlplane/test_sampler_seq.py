@@ -4,8 +4,8 @@ request is a retry (the same sampler), with another request a 409, never someone
 
 from __future__ import annotations
 
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 
 def _ephemeral(person, runtime, model_id: str, seq_id: int, sampler_seq: int):

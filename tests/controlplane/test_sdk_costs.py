@@ -12,9 +12,9 @@ import pytest
 import loopwright
 from controlplane.training_sessions.models import Checkpoint
 from loopwright import ServiceClient
+from tests.support.wire import ModelRun, datum, fwdbwd, open_session
 
 from .test_registry_downloads import DjangoTransport
-from .wire import ModelRun, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,7 @@ from controlplane.kms.models import KmsKey
 from controlplane.kms.selectors import key_ref_by_arn
 from controlplane.training_sessions.models import Checkpoint
 from tests.kms import aws_server
-
-from .wire import ModelRun, datum, result
+from tests.support.wire import ModelRun, datum, open_session, result
 
 pytestmark = pytest.mark.django_db
 
@@ -65,12 +64,6 @@ def session(person, kms_key_arn: str | None = None):
     if kms_key_arn is not None:
         body["kms_key_arn"] = kms_key_arn
     return person.post("create_session", body)
-
-
-def open_session(person, kms_key_arn: str | None = None) -> str:
-    r = session(person, kms_key_arn)
-    assert r.status_code == 200, r.content
-    return r.json()["session_id"]
 
 
 def new_key(person, **body) -> dict:
@@ -127,7 +120,7 @@ def assert_sealed(folder: Path, key_arn: str, path: str, tenant) -> None:
 def test_saved_files_are_sealed_and_loading_restores_the_weights(
     alice, runtime, scratch, tmp_path
 ) -> None:
-    sid = open_session(alice)
+    sid = open_session(alice, tags=[])
     trained = Run(alice, runtime, sid)
     trained.train()
     expected = trained.outputs()
@@ -161,7 +154,9 @@ def test_saved_files_are_sealed_and_loading_restores_the_weights(
 
 def test_the_sessions_key_seals_its_checkpoints(alice, runtime, scratch) -> None:
     key = new_key(alice, alias="alias/team/ckpt")
-    sid = open_session(alice, "alias/team/ckpt")  # an alias or id is stored as the ARN
+    sid = open_session(
+        alice, tags=[], kms_key_arn="alias/team/ckpt"
+    )  # an alias or id is stored as the ARN
     assert alice.get(f"sessions/{sid}").json()["platform"]["kms_key_arn"] == key["arn"]
     run = Run(alice, runtime, sid)
     saved = run.save("mine")["path"]
@@ -200,7 +195,7 @@ def test_the_sessions_key_seals_its_checkpoints(alice, runtime, scratch) -> None
 
 def test_a_key_that_is_not_enabled_stops_saving_and_loading(alice, runtime, scratch) -> None:
     key = new_key(alice)
-    sid = open_session(alice, key["arn"])
+    sid = open_session(alice, tags=[], kms_key_arn=key["arn"])
     run = Run(alice, runtime, sid)
     run.train()
     saved = run.save("s1")["path"]
@@ -255,7 +250,7 @@ def test_a_key_that_is_not_enabled_stops_saving_and_loading(alice, runtime, scra
 
 def test_a_key_disabled_after_submit_fails_only_that_operation(alice, runtime, scratch) -> None:
     key = new_key(alice)
-    sid = open_session(alice, key["key_id"])
+    sid = open_session(alice, tags=[], kms_key_arn=key["key_id"])
     run = Run(alice, runtime, sid)
     run.train()
     saved = run.save("s1")["path"]
@@ -282,7 +277,7 @@ def test_a_key_disabled_after_submit_fails_only_that_operation(alice, runtime, s
 
 def test_rotation_keeps_older_checkpoints_loadable(alice, runtime, scratch) -> None:
     key = new_key(alice)
-    sid = open_session(alice, key["arn"])
+    sid = open_session(alice, tags=[], kms_key_arn=key["arn"])
     run = Run(alice, runtime, sid)
     run.train()
     first, first_out = run.save("v1")["path"], run.outputs()
@@ -316,7 +311,7 @@ def test_a_session_cannot_name_another_tenants_key(alice, charlie) -> None:
 
 def test_checkpoints_of_a_deleted_key_cannot_be_opened(alice, runtime, scratch) -> None:
     key = new_key(alice)
-    sid = open_session(alice, key["arn"])
+    sid = open_session(alice, tags=[], kms_key_arn=key["arn"])
     run = Run(alice, runtime, sid)
     saved = run.save("s1")["path"]
     alice.post(f"kms/keys/{key['key_id']}/schedule-deletion", {"pending_window_days": 7})
@@ -349,7 +344,7 @@ def test_an_aws_kms_key_seals_and_opens_checkpoints(alice, runtime, scratch, aws
     assert r.status_code == 400 and r.json()["field"] == "aws_key_id"
     assert "NotFoundException" in r.json()["detail"]
 
-    sid = open_session(alice, key["arn"])
+    sid = open_session(alice, tags=[], kms_key_arn=key["arn"])
     run = Run(alice, runtime, sid)
     run.train()
     saved, expected = run.save("s1")["path"], run.outputs()

@@ -10,8 +10,7 @@ import pytest
 
 from controlplane.operations import ordering
 from controlplane.training_sessions.models import Operation, TrainingModel
-
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

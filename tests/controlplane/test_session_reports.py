@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

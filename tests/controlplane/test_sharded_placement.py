@@ -20,9 +20,9 @@ from controlplane.operations.replicas import replicas_checked
 from controlplane.operations.sampling import sampler_create
 from controlplane.training_sessions.models import TrainingModel
 from controlplane.training_sessions.services import failover, placement
-from tests.fleet import registration
+from tests.fleet import registration, started
+from tests.support.tiny_worker import TINY
 
-from .conftest import TINY
 from .test_replica_groups import members, model
 
 pytestmark = pytest.mark.django_db
@@ -30,21 +30,17 @@ pytestmark = pytest.mark.django_db
 GIB = 2**30
 
 
-def register(
+def start_sharded(
     name: str, *, shard_ranks: int = 2, capacity: int = 4, memory: int = 40 * GIB
 ) -> fleet.Registration:
     """A worker of 40 GiB that must shard the base (72 GiB whole) over ``shard_ranks``."""
-    return failover.worker_start(
-        by="test",
-        **registration(
-            name,
-            TINY,
-            capacity=capacity,
-            address="127.0.0.1",
-            memory_bytes=memory if shard_ranks > 1 else 80 * GIB,
-            shard_ranks=shard_ranks,
-            base_memory_bytes=72 * GIB,
-        ),
+    return started(
+        name,
+        TINY,
+        capacity=capacity,
+        memory_bytes=memory if shard_ranks > 1 else 80 * GIB,
+        shard_ranks=shard_ranks,
+        base_memory_bytes=72 * GIB,
     )
 
 
@@ -64,7 +60,7 @@ def sampler(person):
 def test_models_and_samplers_of_a_base_no_worker_holds_go_to_a_sharded_group(people) -> None:
     alice = people[0]
     for name in ("sa", "sb", "sc"):
-        register(name)
+        start_sharded(name)
     assert BaseModel.objects.get(pk=TINY).memory_bytes == 72 * GIB
     assert Worker.objects.get(name="sa").memory_bytes == 40 * GIB
     first = model(alice, 1)
@@ -92,7 +88,7 @@ def test_models_and_samplers_of_a_base_no_worker_holds_go_to_a_sharded_group(peo
 def test_a_sharded_group_is_not_ended_for_want_of_use(people, settings) -> None:
     """Leaving it costs every member a reload of the base: it lasts while its members do."""
     for name in ("sa", "sb"):
-        register(name)
+        start_sharded(name)
     m = model(people[0], 1, ran=True)
     TrainingModel.objects.filter(pk=m.pk).update(state=TrainingModel.State.UNLOADED)
     ReplicaGroup.objects.update(
@@ -104,12 +100,12 @@ def test_a_sharded_group_is_not_ended_for_want_of_use(people, settings) -> None:
 
 
 def test_one_worker_that_must_shard_cannot_serve_alone(people) -> None:
-    register("sa")
+    start_sharded("sa")
     m = model(people[0], 1)
     assert m.worker is None and m.placement == TrainingModel.Placement.WAITING_FOR_WORKER
     assert "waiting for 2 workers that serve" in m.status_reason, m.status_reason
     assert not ReplicaGroup.objects.exists()
-    register("sb")  # a second one: the waiting model is placed on a group of both
+    start_sharded("sb")  # a second one: the waiting model is placed on a group of both
     assert placement.models_place_waiting(base_model=TINY) == [m.pk]
     m.refresh_from_db()
     assert m.worker is not None and m.worker.name == "sa"
@@ -118,8 +114,8 @@ def test_one_worker_that_must_shard_cannot_serve_alone(people) -> None:
 
 def test_a_worker_that_holds_the_base_whole_is_preferred(people) -> None:
     for name in ("sa", "sb"):
-        register(name)
-    register("wz", shard_ranks=1)
+        start_sharded(name)
+    start_sharded("wz", shard_ranks=1)
     assert model(people[0], 1).worker.name == "wz"
     assert not ReplicaGroup.objects.exists()
     # with a whole worker live, replicas are counted over whole workers only
@@ -131,11 +127,11 @@ def test_a_worker_that_holds_the_base_whole_is_preferred(people) -> None:
 def test_the_end_of_a_sharded_group_moves_everything_its_coordinator_held(people) -> None:
     alice = people[0]
     for name in ("sa", "sb"):
-        register(name)
+        start_sharded(name)
     on_group = [model(alice, 1, ran=True) for _ in range(2)]
     base_sampler = sampler(alice)
     group = ReplicaGroup.objects.get()
-    register("wz", shard_ranks=1)  # a whole worker arrives
+    start_sharded("wz", shard_ranks=1)  # a whole worker arrives
     moved = failover.group_broken(group.pk, by="worker sa", reason="a collective failed")
     assert moved == 3  # the two models, and the one made for the sampler's session
     for m in on_group:
@@ -149,7 +145,7 @@ def test_the_end_of_a_sharded_group_moves_everything_its_coordinator_held(people
 
 def test_a_registration_names_at_least_one_rank() -> None:
     with pytest.raises(ValueError, match="shard_ranks"), transaction.atomic():
-        register("sa", shard_ranks=0)
+        start_sharded("sa", shard_ranks=0)
 
 
 def test_a_worker_that_cannot_hold_its_base_registers_to_shard_it(db, tiny_host_factory, tmp_path):
@@ -191,12 +187,12 @@ def test_a_whole_worker_is_preferred_only_where_it_can_take_the_model(people) ->
     """Not on the session's network, or full: the sharded group serves (the overflow too)."""
     alice = people[0]
     for name in ("sa", "sb"):
-        register(name)
+        start_sharded(name)
     failover.worker_start(
         by="test", **registration("wv", TINY, capacity=4, subnet_ids=["subnet-0a1b2c3d"])
     )
     assert model(alice, 1).worker.name == "sa"  # wv serves only its VPC
-    register("wz", shard_ranks=1, capacity=1)
+    start_sharded("wz", shard_ranks=1, capacity=1)
     assert model(alice, 1).worker.name == "wz"
     assert model(alice, 1).worker.name == "sa"  # wz is full
     # a sampler of the base: a whole worker first (samplers do not count against capacity)
@@ -209,7 +205,7 @@ def test_a_sharded_group_has_longer_to_form(people, settings) -> None:
     lease = settings.WORKER_LEASE_SECONDS
     settings.SHARDED_GROUP_FORM_SECONDS = 10 * lease
     for name in ("sa", "sb"):
-        register(name)
+        start_sharded(name)
     model(people[0], 1)
     group = ReplicaGroup.objects.get()
     ReplicaGroup.objects.update(created_at=timezone.now() - timedelta(seconds=5 * lease))
@@ -226,10 +222,10 @@ def test_a_sharded_group_has_longer_to_form(people, settings) -> None:
 
 def test_a_sharded_group_forms_of_workers_alike_in_memory(people) -> None:
     """Each sizes its passes to its memory, and passes in step need them alike."""
-    register("sa", memory=40 * GIB)
-    register("sb", memory=48 * GIB)
+    start_sharded("sa", memory=40 * GIB)
+    start_sharded("sb", memory=48 * GIB)
     waiting = model(people[0], 1)
     assert waiting.worker is None and not ReplicaGroup.objects.exists()
-    register("sc", memory=48 * GIB)
+    start_sharded("sc", memory=48 * GIB)
     assert placement.models_place_waiting(base_model=TINY) == [waiting.pk]
     assert members(ReplicaGroup.objects.get().pk) == [("sb", 0), ("sc", 1)]

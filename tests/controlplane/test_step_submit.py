@@ -20,6 +20,7 @@ from controlplane.audit.services import audit_event
 from controlplane.iam.resources import model_arn
 from controlplane.operations import step_statement
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 from .test_api_iam import test_an_inline_deny_stops_training_and_the_audit_log_says_why  # noqa: F401
 from .test_api_training import (  # noqa: F401
@@ -39,7 +40,6 @@ from .test_dimuon_api import (  # noqa: F401
 from .test_token_budget import (  # noqa: F401
     test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
 )
-from .wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .wire import ModelRun, datum, open_session, result
+from tests.support.wire import ModelRun, datum, open_session, result
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,7 @@ from controlplane.metering.models import MeterCursor, UsageRecord
 from controlplane.metering.reports import usage_report
 from controlplane.training_sessions.models import Checkpoint
 from controlplane.training_sessions.services.retention import weights_delete
-
-from .wire import ModelRun, open_session
+from tests.support.wire import ModelRun, open_session
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,8 @@ from controlplane import pg_listen
 from controlplane.audit.models import AuditEvent
 from controlplane.operations import notices
 from controlplane.training_sessions.models import Operation, TrainingModel
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session
 
 pytestmark = pytest.mark.django_db
 

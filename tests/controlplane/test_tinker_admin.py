@@ -18,8 +18,7 @@ from django.utils import timezone
 from controlplane.iam.services import api_key_create
 from controlplane.metering.reports import usage_report
 from controlplane.training_sessions.models import Checkpoint, Session
-
-from .wire import ModelRun, datum
+from tests.support.wire import ModelRun, datum
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,10 +6,9 @@ unaffected; the SDK raises PaymentRequiredError."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from io import StringIO
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.utils import timezone
 
 import loopwright
@@ -20,20 +19,15 @@ from controlplane.metering.models import UsageRecord
 from controlplane.metering.rollup import usage_rows_write
 from controlplane.training_sessions.models import Operation, Session
 from loopwright._http import HTTPClient
+from tests.support.quotas import set_quota
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
-from .conftest import TINY
 from .test_registry_downloads import DjangoTransport
-from .wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 
 BATCH = [datum([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])]  # 10 train tokens
-
-
-def set_quota(person, *args: str) -> str:
-    out = StringIO()
-    call_command("set_quota", "--account", person.tenant.account_id, *args, stdout=out)
-    return out.getvalue()
 
 
 def _used(person, tokens: int, at: datetime) -> None:

@@ -21,10 +21,9 @@ from controlplane.operations.session_end import sessions_expire_idle
 from controlplane.training_sessions.models import Operation, SamplingSession, Session, TrainingModel
 from controlplane.training_sessions.services.sessions import session_create
 from loopwright import ServiceClient
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 from workers.runtime import WorkerRuntime, WorkerSettings
-
-from .conftest import TINY
-from .wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db
 

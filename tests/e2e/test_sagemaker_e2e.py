@@ -21,8 +21,9 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from loopwright import ServiceClient
-from loopwright.types import AdamParams, Datum, ModelInput, TensorData
+from loopwright.types import AdamParams
 from tests.aws.signing import client_clock
+from tests.support.data import next_token_datum
 
 from .stack import TINY, Stack
 
@@ -76,16 +77,6 @@ def code(caught) -> str:
     return caught.value.response["Error"]["Code"]
 
 
-def datum(tokens: list[int]) -> Datum:
-    return Datum(
-        model_input=ModelInput.from_ints(tokens),
-        loss_fn_inputs={
-            "target_tokens": TensorData(data=[(t + 1) % 256 for t in tokens], dtype="int64"),
-            "weights": TensorData(data=[1.0] * len(tokens), dtype="float32"),
-        },
-    )
-
-
 def test_a_boto3_session_trains_through_the_tinker_api(stack: Stack) -> None:
     sm = sagemaker(stack, key_pair(stack))
     hub = sm.list_hub_contents(HubName="SageMakerPublicHub", HubContentType="Model")
@@ -111,7 +102,7 @@ def test_a_boto3_session_trains_through_the_tinker_api(stack: Stack) -> None:
     assert info.name == "e2e-boto3"
     (model_id,) = info.model_ids
     trainer = svc.create_training_client(model_id)
-    data = [datum([1, 2, 3, 4]), datum([5, 6, 7])]
+    data = [next_token_datum([1, 2, 3, 4]), next_token_datum([5, 6, 7])]
     out = trainer.forward_backward(data, "cross_entropy").result()
     assert "loss:sum" in out.metrics
     trainer.optim_step(AdamParams(learning_rate=1e-3)).result()

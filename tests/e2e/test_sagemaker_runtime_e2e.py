@@ -15,7 +15,8 @@ import pytest
 from botocore.config import Config
 
 from loopwright import ServiceClient
-from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams, TensorData
+from loopwright.types import AdamParams, ModelInput, SamplingParams
+from tests.support.data import next_token_datum
 
 from .stack import TINY, Stack
 from .test_sagemaker_e2e import key_pair, sagemaker, wait_status
@@ -47,7 +48,7 @@ def runtime(stack: Stack, pair: dict):
     )
 
 
-def datum(tokens: list[int]) -> dict:
+def runtime_datum(tokens: list[int]) -> dict:
     return {
         "modelInput": {"chunks": [{"type": "encoded_text", "tokens": tokens}]},
         "lossFnInputs": {
@@ -55,16 +56,6 @@ def datum(tokens: list[int]) -> dict:
             "weights": {"data": [1.0] * len(tokens), "dtype": "float32"},
         },
     }
-
-
-def tinker_datum(tokens: list[int]) -> Datum:
-    return Datum(
-        model_input=ModelInput.from_ints(tokens),
-        loss_fn_inputs={
-            "target_tokens": TensorData(data=[(t + 1) % 256 for t in tokens], dtype="int64"),
-            "weights": TensorData(data=[1.0] * len(tokens), dtype="float32"),
-        },
-    )
 
 
 class Runtime:
@@ -128,10 +119,12 @@ def test_a_session_through_boto3_does_what_the_tinker_face_does(stack: Stack) ->
     counted = {"train": 0, "prefill": 0, "sampled": 0}  # what this client sent and received
     adam = {"learningRate": 0.005, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weightDecay": 0.0}
     for batch in BATCHES:
-        config = {"lossFnName": "cross_entropy", "datumList": [datum(t) for t in batch]}
+        config = {"lossFnName": "cross_entropy", "datumList": [runtime_datum(t) for t in batch]}
         got = ours.train({"forwardBackward": config})
         ours.train({"optimizerStep": {"adamParamsConfig": adam}})
-        want = tinker.forward_backward([tinker_datum(t) for t in batch], "cross_entropy").result()
+        want = tinker.forward_backward(
+            [next_token_datum(t) for t in batch], "cross_entropy"
+        ).result()
         tinker.optim_step(
             AdamParams(learning_rate=0.005, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0)
         ).result()

@@ -1,11 +1,9 @@
 """The control-plane tests' people (alice and bob share a tenant, charlie is another) and their
 in-process worker on the tiny model, for the in-process tests of /v1/."""
 
-from __future__ import annotations
+import pytest
 
-from tests.controlplane import conftest as controlplane
 
-_settings = controlplane._settings
-people = controlplane.people
-tiny_host_factory = controlplane.tiny_host_factory
-runtime = controlplane.runtime
+@pytest.fixture(autouse=True)
+def _settings(control_plane_settings):
+    """Every test here runs with the control plane's test settings."""

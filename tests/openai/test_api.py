@@ -3,10 +3,7 @@ OpenAI's shape, IAM, quotas, metering, and charlie never reaching anything of al
 
 from __future__ import annotations
 
-from io import StringIO
-
 import pytest
-from django.core.management import call_command
 from django.urls import URLPattern
 from django.utils import timezone
 from openai.types import Completion
@@ -19,8 +16,9 @@ from controlplane.metering.rollup import usage_rows_write
 from controlplane.openai_api.urls import urlpatterns
 from controlplane.quotas import ratelimit
 from controlplane.training_sessions.models import Operation, SamplingSession
-from tests.controlplane.conftest import TINY
-from tests.controlplane.wire import create_model, open_session, result
+from tests.support.quotas import set_quota
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, open_session, result
 
 pytestmark = pytest.mark.django_db
 
@@ -285,10 +283,6 @@ def test_an_inline_deny_of_sample_is_a_403(alice, bob, world) -> None:
     assert (
         v1(alice, "chat/completions", {"model": world["model"], "messages": HI}).status_code == 200
     )
-
-
-def set_quota(person, *args: str) -> None:
-    call_command("set_quota", "--account", person.tenant.account_id, *args, stdout=StringIO())
 
 
 def test_the_monthly_budget_is_a_402(alice, world) -> None:

@@ -14,7 +14,7 @@ from django.db import connection, connections
 
 from controlplane import pg_listen
 from controlplane.completions import services
-from tests.controlplane.wire import create_model, open_session
+from tests.support.wire import create_model, open_session
 from workers import token_stream
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -13,7 +13,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 from controlplane.training_sessions.models import Operation
-from tests.controlplane.wire import result
+from tests.support.wire import result
 
 from . import test_api
 from .test_api import HI, error_of, v1

@@ -10,15 +10,16 @@ import pytest
 
 from controlplane.completions import services
 from tests import people as people_
-from tests.aws.conftest import role_key
-from tests.controlplane import conftest as controlplane
+from tests.support.access_keys import role_key
+from tests.support.callers import Person, calling
 
 from .boto import runtime_client
 from .sessions import training_session
 
-_settings = controlplane._settings
-tiny_host_factory = controlplane.tiny_host_factory
-runtime = controlplane.runtime
+
+@pytest.fixture(autouse=True)
+def _settings(control_plane_settings):
+    """Every test here runs with the control plane's test settings."""
 
 
 @dataclass
@@ -26,7 +27,7 @@ class Caller:
     """A person calling both faces: the Tinker API with their API key (``api``) and the
     runtime with boto3 signing with an access key of their tenant's session role (``sm``)."""
 
-    api: controlplane.Person
+    api: Person
     sm: object
     key_id: str
     secret: str
@@ -39,7 +40,7 @@ class Caller:
 def _caller(account: people_.Account) -> Caller:
     holder = role_key(account)
     return Caller(
-        controlplane.calling(account),
+        calling(account),
         runtime_client(holder.key_id, holder.secret),
         holder.key_id,
         holder.secret,

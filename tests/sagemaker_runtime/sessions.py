@@ -5,7 +5,7 @@ tiny model), with the adapter's seed fixed at 0 so that a Tinker model of seed 0
 from __future__ import annotations
 
 from controlplane.sagemaker_sessions.services import training_session_create
-from tests.controlplane.conftest import TINY
+from tests.support.tiny_worker import TINY
 
 
 def training_session(person, runtime, name: str) -> str:

@@ -11,7 +11,7 @@ import pytest
 from controlplane.audit.models import AuditEvent
 from controlplane.metering.models import Meter, UsageRecord
 from controlplane.training_sessions.models import Operation
-from tests.controlplane.wire import create_model, fwdbwd, open_session, result
+from tests.support.wire import create_model, fwdbwd, open_session, result
 
 from .sessions import SHORT, prompt, tokens_datum
 

@@ -11,7 +11,7 @@ import pytest
 
 from controlplane.metering.models import UsageRecord
 from controlplane.training_sessions.models import TrainingModel
-from tests.controlplane.wire import datum, fwdbwd
+from tests.support.wire import datum, fwdbwd
 
 from .sessions import SHORT, prompt
 from .test_runtime_api import execute, fb_config, get

@@ -10,14 +10,8 @@ from fake_server import API_KEY, BASE_MODEL, FakeServer
 
 import loopwright
 from loopwright import APIFuture, CombinedAPIFuture, ServiceClient
-from loopwright.types import AdamParams, Datum, ModelInput
-
-
-def datum(**inputs: list[float]) -> Datum:
-    return Datum(
-        model_input=ModelInput.from_ints([1, 2, 3]),
-        loss_fn_inputs={"target_tokens": [2, 3, 4], **inputs},
-    )
+from loopwright.types import AdamParams
+from tests.support.data import small_datum
 
 
 def test_a_failed_operation_raises_with_its_category(
@@ -25,7 +19,7 @@ def test_a_failed_operation_raises_with_its_category(
 ) -> None:
     client = service.create_lora_training_client(BASE_MODEL, rank=4)
     # ppo needs logprobs and advantages: the server blames the request
-    bad = client.forward_backward([datum()], "ppo")
+    bad = client.forward_backward([small_datum()], "ppo")
     server.fail_operation("optim_step", "worker lost", "server")
     optim = client.optim_step(AdamParams())
     with pytest.raises(loopwright.RequestFailedError) as user:

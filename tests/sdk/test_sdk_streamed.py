@@ -15,13 +15,8 @@ import loopwright
 from loopwright import ServiceClient
 from loopwright._http import HTTPClient
 from loopwright.futures import await_future, send_request
-from loopwright.types import AdamParams, Datum, ModelInput, SamplingParams
-
-
-def datum() -> Datum:
-    return Datum(
-        model_input=ModelInput.from_ints([1, 2, 3]), loss_fn_inputs={"target_tokens": [2, 3, 4]}
-    )
+from loopwright.types import AdamParams, ModelInput, SamplingParams
+from tests.support.data import small_datum
 
 
 @pytest.fixture
@@ -35,7 +30,7 @@ def test_a_training_loop_sends_one_request_per_operation(
 ) -> None:
     client = service.create_lora_training_client(BASE_MODEL, rank=4)
     for _ in range(3):
-        fwd = client.forward_backward([datum()], "cross_entropy")
+        fwd = client.forward_backward([small_datum()], "cross_entropy")
         optim = client.optim_step(AdamParams(learning_rate=1e-3))
         assert "loss:sum" in fwd.result(timeout=10).metrics
         assert optim.result(timeout=10).metrics is not None
@@ -63,7 +58,7 @@ def test_a_stream_that_breaks_off_after_the_handle_is_polled_not_sent_again(
 ) -> None:
     client = service.create_lora_training_client(BASE_MODEL, rank=4)
     streaming.cut_streams = 1
-    out = client.forward_backward([datum()], "cross_entropy").result(timeout=10)
+    out = client.forward_backward([small_datum()], "cross_entropy").result(timeout=10)
     assert "loss:sum" in out.metrics
     assert len(streaming.calls("forward_backward")) == 1
     assert len(streaming.calls("retrieve_future")) >= 1

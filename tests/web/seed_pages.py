@@ -21,8 +21,9 @@ from controlplane.training_sessions.models import (
     Session,
 )
 from tests.fleet import registration
+from tests.people import PASSWORD
+from tests.support.pages import BASE_MODEL, finish, operation, train_tokens
 
-from .conftest import BASE_MODEL, PASSWORD, finish, operation, train_tokens
 from .test_browser_pages import seed as seed_resources
 from .test_pages_sessions import new_session
 

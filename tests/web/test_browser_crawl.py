@@ -14,9 +14,9 @@ import pytest
 
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import membership_add, user_create
+from tests.people import PASSWORD
 
 from .browser import axe_violations, browser_page, load_seconds, sign_in, too_wide
-from .conftest import PASSWORD
 from .seed_pages import seed_pages
 from .test_browser_phone import pages as listed_pages
 

@@ -14,9 +14,9 @@ from controlplane.audit.models import AuditEvent
 from controlplane.iam.models import ApiKey
 from controlplane.tenants.models import Invitation, Tenant
 from controlplane.training_sessions.models import Session
+from tests.people import PASSWORD
 
 from .browser import browser_page, screenshot, sign_in
-from .conftest import PASSWORD
 from .seed_pages import seed_pages
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -19,9 +19,9 @@ from controlplane.metering.models import Meter
 from controlplane.registry.services import package_update_approval
 from controlplane.tenants.services import storage_location_register, subnet_register
 from controlplane.training_sessions.models import Session
+from tests.people import PASSWORD
 
 from .browser import browser_page, screenshot
-from .conftest import PASSWORD
 from .test_pages_billing import BASE, OTHER, prices, usage
 from .test_pages_iam import trusting
 from .test_pages_registry import seed_versions

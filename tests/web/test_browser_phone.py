@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.people import PASSWORD
+
 from .browser import browser_page, screenshot, sign_in, too_wide
-from .conftest import PASSWORD
 from .seed_pages import seed_pages
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

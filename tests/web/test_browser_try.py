@@ -9,9 +9,10 @@ from django.db import transaction
 
 from controlplane.fleet.services import worker_register
 from tests.fleet import registration
+from tests.people import PASSWORD
+from tests.support.pages import BASE_MODEL
 
 from .browser import browser_page, screenshot, sign_in
-from .conftest import BASE_MODEL, PASSWORD
 from .test_pages_sessions import new_session
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from .conftest import PASSWORD
+from tests.people import PASSWORD
 
 
 def _signup(n: int, address: str):

@@ -8,8 +8,7 @@ from django.test import Client
 from controlplane.iam.models import ApiKey, Role
 from controlplane.tenants.models import Membership, Tenant, Throttle
 from controlplane.tenants.services import membership_add
-
-from .conftest import PASSWORD
+from tests.people import PASSWORD
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,9 @@ from controlplane.metering.models import Meter, UsageRecord
 from controlplane.metering.rollup import usage_rows_write
 from controlplane.metering.services import price_set
 from controlplane.tenants.models import Membership
+from tests.support.pages import member
 from web.charts import fmt, nice_ticks
 from web.values import usd
-
-from .conftest import member
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,7 @@ import pytest
 from controlplane.iam.models import ApiKey, Role
 from controlplane.iam.selectors import api_key_for
 from controlplane.iam.services import DEFAULT_TRUST_POLICY, api_key_create, role_create
-
-from .conftest import PASSWORD
+from tests.people import PASSWORD
 
 pytestmark = pytest.mark.django_db
 

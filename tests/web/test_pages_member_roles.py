@@ -7,8 +7,7 @@ from __future__ import annotations
 import html
 
 from controlplane.tenants.models import Membership
-
-from .conftest import member
+from tests.support.pages import member
 
 Role = Membership.Role
 

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from controlplane.metering.services import price_set
 from controlplane.training_sessions.models import Checkpoint, Operation
+from tests.support.pages import BASE_MODEL, finish, operation, train_tokens
 
-from .conftest import BASE_MODEL, finish, operation, train_tokens
 from .test_pages_sessions import new_session
 
 pytestmark = pytest.mark.django_db

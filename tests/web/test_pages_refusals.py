@@ -12,8 +12,8 @@ from controlplane.iam.access import is_mutating
 from controlplane.iam.services import user_policy_put
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Session
+from tests.support.pages import member
 
-from .conftest import member
 from .test_pages_sessions import form
 
 pytestmark = pytest.mark.django_db

@@ -14,8 +14,7 @@ from controlplane.registry import services
 from controlplane.registry.models import ModelPackage
 from controlplane.tenants.models import Membership
 from controlplane.training_sessions.models import Checkpoint, Session, TrainingModel
-
-from .conftest import member
+from tests.support.pages import member
 
 pytestmark = pytest.mark.django_db
 

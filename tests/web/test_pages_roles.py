@@ -11,8 +11,9 @@ import pytest
 
 from controlplane.tenants.models import Membership
 from controlplane.tenants.services import membership_add, user_create
+from tests.people import PASSWORD
+from tests.support.pages import logged_in
 
-from .conftest import PASSWORD, logged_in
 from .test_pages_registry import seed_versions
 from .test_pages_sessions import new_session
 

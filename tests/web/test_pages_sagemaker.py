@@ -7,8 +7,7 @@ import pytest
 
 from controlplane.access_keys.services import access_key_create
 from tests.aws.inprocess import sagemaker
-
-from .conftest import BASE_MODEL
+from tests.support.pages import BASE_MODEL
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from controlplane.tenants.services import membership_add, user_create
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
 from controlplane.training_sessions.services import sessions as services
 from tests.fleet import registration
+from tests.people import PASSWORD
+from tests.support.pages import BASE_MODEL, finish, logged_in, operation, train_tokens
 from web.session_reads import steps_of
-
-from .conftest import BASE_MODEL, PASSWORD, finish, logged_in, operation, train_tokens
 
 pytestmark = pytest.mark.django_db
 

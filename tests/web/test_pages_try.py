@@ -13,12 +13,11 @@ from controlplane.audit.models import AuditEvent
 from controlplane.completions import services
 from controlplane.metering.models import UsageRecord
 from controlplane.training_sessions.models import Operation
-from tests.controlplane import conftest as api_people
-from tests.controlplane.wire import create_model, open_session
+from tests.support.callers import Person, api_client
+from tests.support.wire import create_model, open_session
 
 pytestmark = pytest.mark.django_db
 
-runtime, tiny_host_factory = api_people.runtime, api_people.tiny_host_factory
 
 FIELDS = [
     "model", "system", "messages", "max_tokens", "n", "seed", "temperature", "top_p", "top_k",
@@ -38,9 +37,7 @@ def live(alice, runtime, monkeypatch) -> tuple[str, str]:
         return op
 
     monkeypatch.setattr(services, "operation_wait", wait)
-    caller = api_people.Person(
-        "alice", api_people._client(alice.api_key), alice.tenant, alice.role_arn, alice.api_key
-    )
+    caller = Person("alice", api_client(alice.api_key), alice.tenant, alice.role_arn, alice.api_key)
     session = open_session(caller)
     return session, create_model(caller, runtime, session)
 

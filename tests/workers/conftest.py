@@ -5,34 +5,22 @@ runtime with room for many sessions, plus dora, the owner of a third tenant."""
 import pytest
 
 from tests import people as people_
-from tests.controlplane.conftest import (  # noqa: F401
-    TINY,
-    _settings,
-    calling,
-    people,
-    tiny_host_factory,
-)
+from tests.support.callers import calling
+from tests.support.tiny_worker import tiny_runtime
+
+
+@pytest.fixture(autouse=True)
+def _settings(control_plane_settings):
+    """Every test here runs with the control plane's test settings."""
 
 
 @pytest.fixture
-def runtime(db, tiny_host_factory):  # noqa: F811
-    from workers.runtime import WorkerRuntime, WorkerSettings
-
-    return WorkerRuntime(
-        # snapshots are taken where a test asks for them
-        WorkerSettings(
-            name="test0",
-            base_model=TINY,
-            capacity=16,
-            snapshot_every_steps=0,
-            snapshot_every_seconds=0,
-        ),
-        host=tiny_host_factory(),
-        heartbeat=False,
-    )
+def runtime(db, tiny_host_factory):
+    """The in-process runtime, with room for 16 models."""
+    return tiny_runtime(tiny_host_factory(), capacity=16)
 
 
 @pytest.fixture
-def dora(people):  # noqa: F811
+def dora(people):
     """The owner of a third tenant."""
     return calling(people_.owner("dora", "dorado"))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from controlplane.metering.tokens import work_tokens
-from tests.controlplane.wire import create_model, datum, fwdbwd, open_session, result
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 from workers.cpu_threads import SMALL_WORK, cpu_threads, threads_for
 
 

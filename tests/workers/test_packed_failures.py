@@ -11,7 +11,7 @@ from django.db import OperationalError
 from controlplane.metering.models import UsageRecord
 from controlplane.operations import complete
 from controlplane.training_sessions.models import Operation
-from tests.controlplane.wire import ModelRun, datum, open_session, result
+from tests.support.wire import ModelRun, datum, open_session, result
 from workers import passes
 
 from .test_packed_passes import ADAM, _adapter, _calls, _grew

@@ -13,8 +13,8 @@ from prometheus_client import REGISTRY
 
 from controlplane.metering.models import UsageRecord
 from controlplane.training_sessions.models import Operation
-from tests.controlplane.conftest import TINY
-from tests.controlplane.wire import ModelRun, datum, open_session, result
+from tests.support.tiny_worker import TINY
+from tests.support.wire import ModelRun, datum, open_session, result
 from workers.passes import Pass
 from workers.scheduling import Scheduler
 

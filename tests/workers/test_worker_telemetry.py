@@ -7,7 +7,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.controlplane.wire import ModelRun, datum, open_session
+from tests.support.wire import ModelRun, datum, open_session
 from workers.telemetry import serve, watch_host
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,8 +1,10 @@
-"""Small helpers to speak the wire protocol from tests."""
+"""The wire protocol as tests speak it: bodies, sessions, models and their futures."""
 
 from __future__ import annotations
 
-from .conftest import TINY
+from collections.abc import Sequence
+
+from tests.support.tiny_worker import TINY
 
 
 def datum(
@@ -26,10 +28,11 @@ def fwdbwd(model_id: str, seq_id: int, data: list[dict], loss_fn: str = "cross_e
     }
 
 
-def open_session(person) -> str:
-    r = person.post(
-        "create_session", {"tags": ["t"], "sdk_version": "test", "role_arn": person.role_arn}
-    )
+def open_session(person, *, tags: Sequence[str] = ("t",), **platform) -> str:
+    """A new session of ``person``'s, tagged ``tags``; ``platform`` adds the create_session
+    fields a test sets (``s3_output_path``, ``kms_key_arn``, ...)."""
+    body = {"tags": list(tags), "sdk_version": "test", "role_arn": person.role_arn, **platform}
+    r = person.post("create_session", body)
     assert r.status_code == 200, r.content
     return r.json()["session_id"]
 
