@@ -185,8 +185,7 @@ def test_the_sdk_copies_once_however_often_it_sends(alice, runtime) -> None:
     """Our SDK sends an idempotency key with the copy: a retry after a lost answer (here: the
     same request sent again, byte for byte) gets the same copy."""
     from loopwright import ServiceClient
-
-    from .test_registry_downloads import DjangoTransport
+    from tests.support.sdk_transport import DjangoTransport
 
     _, source = trained(alice, runtime)
     transport = DjangoTransport()

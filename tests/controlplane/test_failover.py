@@ -507,8 +507,7 @@ def test_stable_reinforce_on_recorded_sequences_replays_exactly_without_the_stor
     logprobs its operations keep, and ends bit for bit where a worker that never stopped ends
     with the same requests."""
     from controlplane.operations import training
-
-    from .test_recorded_sampling import datum_of
+    from tests.controlplane.test_recorded_sampling import datum_of
 
     a = start("a")
     session = open_session(alice)
@@ -574,8 +573,7 @@ def test_a_dimuon_model_trained_with_stable_reinforce_replays_exactly(alice, sta
     stable_reinforce requests are submitted as the service stores them, with their recorded
     logprobs and sampled_mask filled in.)"""
     from controlplane.operations import training
-
-    from .test_dimuon_api import DIMUON, create, step
+    from tests.controlplane.test_dimuon_api import DIMUON, create, step
 
     def rl_datum(seq: int) -> dict:
         tokens = [(seq * 11 + j * 7) % 250 for j in range(9)]

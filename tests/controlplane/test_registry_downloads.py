@@ -9,23 +9,21 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import numpy as np
 import peft
 import pytest
 import torch
-from django.test import Client
 from transformers import AutoModelForCausalLM
 
 from controlplane.storage import s3_clients_close
 from controlplane.tenants.services import storage_location_register
 from controlplane.training_sessions.models import Checkpoint
 from loopwright import ServiceClient
+from tests.controlplane.test_registry import TOKENS, Run, session, version_arn
 from tests.engine.reference import token_logprobs
 from tests.storage.s3_server import bucket, s3, s3_endpoint
 from tests.support.callers import Person
-
-from .test_registry import TOKENS, Run, session, version_arn
+from tests.support.sdk_transport import DjangoTransport
 
 __all__ = ["bucket", "s3", "s3_endpoint"]  # fixtures: moto's S3 server, one per module
 
@@ -252,25 +250,6 @@ def test_downloads_are_authorized_and_other_tenants_see_nothing(
         charlie.get(BY_PATH, {"path": saved.sampler_path, "format": "merged"}),
     ):
         assert r.status_code == 404, r.content
-
-
-class DjangoTransport(httpx.BaseTransport):
-    """The SDK's requests, answered by this test's Django (its database included)."""
-
-    def __init__(self) -> None:
-        self.client = Client()
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        skip = {"host", "content-length", "content-type"}
-        response = self.client.generic(
-            request.method,
-            request.url.raw_path.decode(),
-            request.read(),
-            content_type=request.headers.get("content-type", "application/octet-stream"),
-            headers={k: v for k, v in request.headers.items() if k.lower() not in skip},
-        )
-        content = b"".join(response.streaming_content) if response.streaming else response.content
-        return httpx.Response(response.status_code, headers=list(response.items()), content=content)
 
 
 def test_the_sdk_downloads_and_extracts_a_version(

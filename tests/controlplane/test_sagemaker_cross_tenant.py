@@ -10,10 +10,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from controlplane.sagemaker.endpoint import OPERATIONS
+from tests.controlplane.test_sagemaker_sessions import client_of, create, hub_arn_of
 from tests.support.callers import Person
 from tests.support.wire import result
-
-from .test_sagemaker_sessions import client_of, create, hub_arn_of
 
 pytestmark = pytest.mark.django_db
 

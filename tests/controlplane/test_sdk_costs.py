@@ -12,9 +12,8 @@ import pytest
 import loopwright
 from controlplane.training_sessions.models import Checkpoint
 from loopwright import ServiceClient
+from tests.support.sdk_transport import DjangoTransport
 from tests.support.wire import ModelRun, datum, fwdbwd, open_session
-
-from .test_registry_downloads import DjangoTransport
 
 pytestmark = pytest.mark.django_db
 

@@ -20,10 +20,10 @@ from controlplane.audit.services import audit_event
 from controlplane.iam.resources import model_arn
 from controlplane.operations import step_statement
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
-from tests.support.wire import create_model, datum, fwdbwd, open_session, result
-
-from .test_api_iam import test_an_inline_deny_stops_training_and_the_audit_log_says_why  # noqa: F401
-from .test_api_training import (  # noqa: F401
+from tests.controlplane.test_api_iam import (
+    test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
+)
+from tests.controlplane.test_api_training import (  # noqa: F401
     test_a_request_refused_on_arrival_does_not_block_later_ones,
     test_a_training_steps_refusals_come_in_order,
     test_bad_operation_fails_with_user_category_and_session_stays_usable,
@@ -31,15 +31,16 @@ from .test_api_training import (  # noqa: F401
     test_training_flow_checkpoints_sampling_and_stop,
     test_waiting_for_a_missing_seq_id,
 )
-from .test_context_setting import (  # noqa: F401
+from tests.controlplane.test_context_setting import (  # noqa: F401
     test_a_model_asks_for_a_context_and_its_data_are_held_to_it,
 )
-from .test_dimuon_api import (  # noqa: F401
+from tests.controlplane.test_dimuon_api import (  # noqa: F401
     test_each_model_steps_with_its_own_family_and_refuses_the_other,
 )
-from .test_token_budget import (  # noqa: F401
+from tests.controlplane.test_token_budget import (  # noqa: F401
     test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
 )
+from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,7 +131,7 @@ def test_what_it_does_not_take_it_leaves_untouched(alice, charlie, runtime) -> N
 
 
 def test_an_optim_step_of_another_family_is_left_to_the_general_path(alice, runtime) -> None:
-    from .test_dimuon_api import DIMUON, DIMUON_STEP, create
+    from tests.controlplane.test_dimuon_api import DIMUON, DIMUON_STEP, create
 
     model_id = create(alice, runtime, open_session(alice), 0, DIMUON)
     audited, ops = AuditEvent.objects.count(), Operation.objects.count()

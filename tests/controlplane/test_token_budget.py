@@ -20,10 +20,9 @@ from controlplane.metering.rollup import usage_rows_write
 from controlplane.training_sessions.models import Operation, Session
 from loopwright._http import HTTPClient
 from tests.support.quotas import set_quota
+from tests.support.sdk_transport import DjangoTransport
 from tests.support.tiny_worker import TINY
 from tests.support.wire import create_model, datum, fwdbwd, open_session, result
-
-from .test_registry_downloads import DjangoTransport
 
 pytestmark = pytest.mark.django_db
 
