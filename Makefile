@@ -64,7 +64,7 @@ test-fast: setup tinker-venv sagemaker-venv ## tests without the slow ones
 	$(BIN)/python -m pytest -m "not slow"
 
 fuzz: setup ## schemathesis against a live stack from its OpenAPI document (FUZZ_EXAMPLES per operation)
-	LOOPWRIGHT_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),200) $(BIN)/python -m pytest tests/e2e/test_fuzz_api.py tests/controlplane/test_parser_properties.py -p no:cacheprovider
+	LOOPWRIGHT_FUZZ_EXAMPLES=$(or $(FUZZ_EXAMPLES),200) $(BIN)/python -m pytest tests/e2e/test_fuzz_api.py tests/controlplane/api/test_parser_properties.py -p no:cacheprovider
 
 openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.json
 	$(BIN)/python manage.py spectacular --format openapi-json --file openapi.json --validate --fail-on-warn

@@ -348,7 +348,7 @@ def test_recordings_go_with_their_session(alice, runtime, run, recorded):
 
 
 def test_protobuf_spans_are_read_and_checked(alice, runtime, run, recorded):
-    from tests.controlplane.test_protobuf_wire import post_proto
+    from tests.controlplane.api.test_protobuf_wire import post_proto
 
     seqs = recorded["sequences"]
     batch = ForwardBackwardInput.model_validate(

@@ -20,16 +20,16 @@ from controlplane.audit.services import audit_event
 from controlplane.iam.resources import model_arn
 from controlplane.operations import step_statement
 from controlplane.training_sessions.models import Operation, Session, TrainingModel
-from tests.controlplane.test_api_iam import (
-    test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
-)
-from tests.controlplane.test_api_training import (  # noqa: F401
+from tests.controlplane.api.test_api_training import (  # noqa: F401
     test_a_request_refused_on_arrival_does_not_block_later_ones,
     test_a_training_steps_refusals_come_in_order,
     test_bad_operation_fails_with_user_category_and_session_stays_usable,
     test_out_of_order_and_duplicate_requests_run_once_in_seq_order,
     test_training_flow_checkpoints_sampling_and_stop,
     test_waiting_for_a_missing_seq_id,
+)
+from tests.controlplane.test_api_iam import (
+    test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
 )
 from tests.controlplane.test_context_setting import (  # noqa: F401
     test_a_model_asks_for_a_context_and_its_data_are_held_to_it,
