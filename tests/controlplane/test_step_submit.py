@@ -28,6 +28,9 @@ from tests.controlplane.api.test_api_training import (  # noqa: F401
     test_training_flow_checkpoints_sampling_and_stop,
     test_waiting_for_a_missing_seq_id,
 )
+from tests.controlplane.budgets.test_token_budget import (  # noqa: F401
+    test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
+)
 from tests.controlplane.test_api_iam import (
     test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
 )
@@ -36,9 +39,6 @@ from tests.controlplane.test_context_setting import (  # noqa: F401
 )
 from tests.controlplane.test_dimuon_api import (  # noqa: F401
     test_each_model_steps_with_its_own_family_and_refuses_the_other,
-)
-from tests.controlplane.test_token_budget import (  # noqa: F401
-    test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
 )
 from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 
