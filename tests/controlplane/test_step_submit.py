@@ -31,7 +31,7 @@ from tests.controlplane.api.test_api_training import (  # noqa: F401
 from tests.controlplane.budgets.test_token_budget import (  # noqa: F401
     test_requests_run_below_the_budget_and_are_402_once_it_is_reached,
 )
-from tests.controlplane.test_api_iam import (
+from tests.controlplane.iam.test_api_iam import (
     test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
 )
 from tests.controlplane.test_context_setting import (  # noqa: F401

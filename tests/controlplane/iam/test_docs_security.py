@@ -6,7 +6,7 @@ from pathlib import Path
 
 from controlplane.iam.actions import ACTIONS
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "security.md"
 
 
 def test_every_action_is_documented() -> None:
