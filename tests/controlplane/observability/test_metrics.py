@@ -186,7 +186,7 @@ def test_the_grafana_dashboard_asks_only_for_metrics_that_exist(db) -> None:
     exposed = set()
     for family in text_string_to_metric_families(text):
         exposed |= {family.name + s for s in suffixes.get(family.type, [""])}
-    board = Path(__file__).resolve().parents[2] / "infra/grafana/loopwright-dashboard.json"
+    board = Path(__file__).resolve().parents[3] / "infra/grafana/loopwright-dashboard.json"
     exprs = [
         t["expr"] for p in json.loads(board.read_text())["panels"] for t in p.get("targets", [])
     ]
