@@ -19,7 +19,7 @@ from controlplane.storage import s3_clients_close
 from controlplane.tenants.services import storage_location_register
 from controlplane.training_sessions.models import Checkpoint
 from loopwright import ServiceClient
-from tests.controlplane.test_registry import TOKENS, Run, session, version_arn
+from tests.controlplane.registry.test_registry import TOKENS, Run, session, version_arn
 from tests.engine.reference import token_logprobs
 from tests.storage.s3_server import bucket, s3, s3_endpoint
 from tests.support.callers import Person
