@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from controlplane.sagemaker.endpoint import OPERATIONS
-from tests.controlplane.test_sagemaker_sessions import client_of, create, hub_arn_of
+from tests.controlplane.sagemaker.test_sagemaker_sessions import client_of, create, hub_arn_of
 from tests.support.callers import Person
 from tests.support.wire import result
 

@@ -17,7 +17,7 @@ from controlplane.sagemaker.endpoint import OPERATIONS
 from controlplane.sagemaker_sessions.shapes import operation_model
 from tests.aws.model_fuzz import mutated_input, valid_input
 from tests.aws.signing import send
-from tests.controlplane.test_sagemaker_sessions import client_of, create, hub_arn_of
+from tests.controlplane.sagemaker.test_sagemaker_sessions import client_of, create, hub_arn_of
 from tests.support.callers import Person
 from tests.support.wire import result
 

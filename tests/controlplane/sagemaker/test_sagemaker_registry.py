@@ -11,7 +11,7 @@ import json
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.controlplane.test_sagemaker_sessions import client_of, code, create
+from tests.controlplane.sagemaker.test_sagemaker_sessions import client_of, code, create
 from tests.support.callers import Person
 from tests.support.tiny_worker import TINY
 from tests.support.wire import result
