@@ -208,7 +208,7 @@ def test_the_only_worker_killed_and_started_again(stack, reference, tmp_path) ->
     assert len(causes) == 2, causes  # each death noticed once
     # Started again at once, its registration declares its previous process dead, unless the
     # control plane's look got there first: starting a worker can take longer than the 3 s
-    # lease. (The restart's own declaration is tested in tests/controlplane/test_vpc_placement.)
+    # lease. (The restart's own declaration is tested in tests/controlplane/training_sessions/test_vpc_placement.)
     noticed = [c == "worker_lost" and by.startswith("control plane") for c, by in causes]
     assert all(
         n or c == ("worker_restarted", "worker fa") for n, c in zip(noticed, causes, strict=True)

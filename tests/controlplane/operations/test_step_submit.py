@@ -34,11 +34,11 @@ from tests.controlplane.budgets.test_token_budget import (  # noqa: F401
 from tests.controlplane.iam.test_api_iam import (
     test_an_inline_deny_stops_training_and_the_audit_log_says_why,  # noqa: F401
 )
-from tests.controlplane.test_context_setting import (  # noqa: F401
-    test_a_model_asks_for_a_context_and_its_data_are_held_to_it,
-)
 from tests.controlplane.test_dimuon_api import (  # noqa: F401
     test_each_model_steps_with_its_own_family_and_refuses_the_other,
+)
+from tests.controlplane.training_sessions.test_context_setting import (  # noqa: F401
+    test_a_model_asks_for_a_context_and_its_data_are_held_to_it,
 )
 from tests.support.wire import create_model, datum, fwdbwd, open_session, result
 

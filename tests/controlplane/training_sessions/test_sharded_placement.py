@@ -20,7 +20,7 @@ from controlplane.operations.replicas import replicas_checked
 from controlplane.operations.sampling import sampler_create
 from controlplane.training_sessions.models import TrainingModel
 from controlplane.training_sessions.services import failover, placement
-from tests.controlplane.test_replica_groups import members, model
+from tests.controlplane.training_sessions.test_replica_groups import members, model
 from tests.fleet import registration, started
 from tests.support.tiny_worker import TINY
 

@@ -507,7 +507,7 @@ def test_stable_reinforce_on_recorded_sequences_replays_exactly_without_the_stor
     logprobs its operations keep, and ends bit for bit where a worker that never stopped ends
     with the same requests."""
     from controlplane.operations import training
-    from tests.controlplane.test_recorded_sampling import datum_of
+    from tests.controlplane.training_sessions.test_recorded_sampling import datum_of
 
     a = start("a")
     session = open_session(alice)
