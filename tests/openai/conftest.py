@@ -1,5 +1,6 @@
-"""The control-plane tests' people (alice and bob share a tenant, charlie is another) and their
-in-process worker on the tiny model, for the in-process tests of /v1/."""
+"""The in-process tests of /v1/: the three people as API callers (alice and bob share a
+tenant, charlie is another) and the in-process worker on the tiny model
+(``tests/support/fixtures.py``), with the control plane's test settings."""
 
 import pytest
 
