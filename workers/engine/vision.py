@@ -95,6 +95,16 @@ class VisionInputs:
         self.image_token_id = int(image_token_id)
         self.image_token = self.processor.tokenizer.convert_ids_to_tokens(self.image_token_id)
         self.vocab_size = vocab_size
+        self.tokens_per_image = self._fixed_count()
+
+    def _fixed_count(self) -> int:
+        """The tokens every image takes, when that does not depend on the image (0: it does)."""
+        counts = set()
+        for size in ((32, 32), (640, 97), (97, 640)):
+            image = Image.new("RGB", size, (127, 127, 127))
+            out = self.processor(text=[self.image_token], images=[image], return_tensors="pt")
+            counts.add(int((out["input_ids"] == self.image_token_id).sum()))
+        return counts.pop() if len(counts) == 1 else 0
 
     def image(self, chunk: object, field: str) -> tuple[int, Pixels]:
         """How many image tokens an image chunk takes, and its pixel tensors."""

@@ -1,0 +1,129 @@
+"""Images through the whole stack: the loopwright SDK, the control plane's checks on arrival,
+and a real worker process serving the tiny vision-language model."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import httpx
+import pytest
+from PIL import Image, ImageDraw
+
+from loopwright import ServiceClient
+from loopwright.errors import BadRequestError, NotFoundError
+from loopwright.types import (
+    AdamParams,
+    Datum,
+    EncodedTextChunk,
+    ImageChunk,
+    ModelInput,
+    SamplingParams,
+)
+
+from .stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+TINY_VLM = "loopwright/tiny-llava"
+PER_IMAGE = 16  # the tiny LLaVA's image tokens per image
+
+
+@pytest.fixture(scope="module")
+def vlm_stack(tmp_path_factory):
+    stack = Stack(
+        "postgres-redis",
+        tmp_path_factory.mktemp("vlm"),
+        workers={"vlm-worker": ["--base-model", TINY_VLM]},
+        ready_model=TINY_VLM,
+    ).start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+def png(colour: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> bytes:
+    image = Image.new("RGB", size, (255, 255, 255))
+    ImageDraw.Draw(image).ellipse((4, 4, size[0] - 4, size[1] - 4), fill=colour)
+    buf = io.BytesIO()
+    image.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def with_image(before: list[int], data: bytes, after: list[int], **image) -> ModelInput:
+    image.setdefault("expected_tokens", PER_IMAGE)
+    return ModelInput(
+        chunks=[
+            EncodedTextChunk(tokens=before),
+            ImageChunk(data=data, format=image.pop("format", "png"), **image),
+            EncodedTextChunk(tokens=after),
+        ]
+    )
+
+
+def datum(model_input: ModelInput, n: int) -> Datum:
+    targets = [0] * (n - 2) + [65, 66]
+    weights = [0.0] * (n - 2) + [1.0, 1.0]
+    return Datum(
+        model_input=model_input, loss_fn_inputs={"target_tokens": targets, "weights": weights}
+    )
+
+
+def test_train_and_sample_on_images_through_a_vlm_worker(vlm_stack) -> None:
+    alice = vlm_stack.keys["alice"]
+    with ServiceClient(
+        base_url=vlm_stack.url, api_key=alice, role_arn=vlm_stack.roles["alice"]
+    ) as sc:
+        trainer = sc.create_lora_training_client(TINY_VLM, rank=4, seed=3)
+        n = 2 + PER_IMAGE + 2
+        data = [datum(with_image([1, 2], png((200, 0, 0)), [3, 4]), n)]
+        first = trainer.forward_backward(data, loss_fn="cross_entropy").result(timeout=120)
+        assert len(first.loss_fn_outputs[0]["logprobs"].tolist()) == n
+        assert math.isfinite(first.metrics["loss:sum"])
+        for _ in range(3):
+            trainer.optim_step(AdamParams(learning_rate=0.05)).result(timeout=120)
+            trainer.forward_backward(data, loss_fn="cross_entropy").result(timeout=120)
+        after = trainer.forward(data, loss_fn="cross_entropy").result(timeout=120)
+        assert after.metrics["loss:sum"] < first.metrics["loss:sum"]
+
+        sampler = trainer.save_weights_and_get_sampling_client()
+        prompt = with_image([1, 2], png((0, 0, 200)), [3])
+        out = sampler.sample(
+            prompt, num_samples=2, sampling_params=SamplingParams(max_tokens=4, seed=1)
+        ).result(timeout=120)
+        assert [len(s.tokens) for s in out.sequences] == [4, 4]
+        logprobs = sampler.compute_logprobs(prompt).result(timeout=120)
+        assert len(logprobs) == 2 + PER_IMAGE + 1 and logprobs[0] is None
+
+        # refusals on arrival: 400 naming the field
+        wrong = [datum(with_image([1], png((1, 2, 3)), [2], expected_tokens=7), 1 + 7 + 1)]
+        with pytest.raises(BadRequestError) as caught:
+            trainer.forward_backward(wrong, loss_fn="cross_entropy").result(timeout=60)
+        assert caught.value.status_code == 400
+        assert "expected_tokens" in str(caught.value) and "7" in str(caught.value)
+        assert str(PER_IMAGE) in str(caught.value)
+        bad = [datum(with_image([1], b"\x89PNG\r\n\x1a\nbroken", [2]), 1 + PER_IMAGE + 1)]
+        with pytest.raises(BadRequestError, match="not a valid png"):
+            trainer.forward_backward(bad, loss_fn="cross_entropy").result(timeout=60)
+        buf = io.BytesIO()
+        Image.new("L", (9000, 2)).save(buf, "PNG")  # a few hundred bytes, too wide
+        huge = buf.getvalue()
+        with pytest.raises(BadRequestError, match="9000×2 pixels"):
+            sampler.sample(with_image([1], huge, [2]), num_samples=1).result(timeout=60)
+
+        usage = httpx.get(
+            f"{vlm_stack.url}/api/v1/sessions/{sc.session_id}/usage",
+            headers={"X-API-Key": alice},
+            timeout=30,
+        )
+        assert usage.status_code == 200, usage.text
+
+    charlie = vlm_stack.keys["charlie"]
+    with (
+        ServiceClient(base_url=vlm_stack.url, api_key=charlie) as other,
+        pytest.raises(NotFoundError),
+    ):
+        other.create_training_client(trainer.model_id).forward_backward(
+            data, loss_fn="cross_entropy"
+        ).result(timeout=60)
