@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import time
 
 import httpx
 import pytest
@@ -112,12 +113,23 @@ def test_train_and_sample_on_images_through_a_vlm_worker(vlm_stack) -> None:
         with pytest.raises(BadRequestError, match="9000×2 pixels"):
             sampler.sample(with_image([1], huge, [2]), num_samples=1).result(timeout=60)
 
-        usage = httpx.get(
-            f"{vlm_stack.url}/api/v1/sessions/{sc.session_id}/usage",
-            headers={"X-API-Key": alice},
-            timeout=30,
-        )
-        assert usage.status_code == 200, usage.text
+        # image tokens are their own meter: 4 forward_backward + 1 forward + 2 prompts, one
+        # image each; the text meters count the rest
+        want = {"image_tokens": 7 * PER_IMAGE, "train_tokens": 4 * 4, "forward_tokens": 4}
+        deadline = time.monotonic() + 60
+        while True:
+            r = httpx.get(
+                f"{vlm_stack.url}/api/v1/sessions/{trainer.session_id}/usage",
+                headers={"X-API-Key": alice},
+                timeout=30,
+            )
+            assert r.status_code == 200, r.text
+            metered = {line["meter"]: line["quantity"] for line in r.json()["lines"]}
+            if all(metered.get(k) == v for k, v in want.items()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert {k: metered.get(k) for k in want} == want, r.json()
+        assert metered["prefill_tokens"] == 2 * 3
 
     charlie = vlm_stack.keys["charlie"]
     with (

@@ -225,6 +225,9 @@ def test_bad_images_are_refused_naming_the_field(vlm: ModelHost) -> None:
     pointer = ImageAssetPointerChunk(format="png", location="https://example.com/a.png")
     err = refusal(vlm, ModelInput(chunks=[pointer]))
     assert err.field == "data[0].model_input.chunks[0].type"
+    big = ImageChunk(data=png, format="png", override_dimensions={"width": 9000, "height": 9})
+    err = refusal(vlm, ModelInput(chunks=[big]))
+    assert err.field == "data[0].model_input.chunks[0].override_dimensions"
     many = ModelInput(chunks=[ImageChunk(data=png, format="png")] * 17)
     assert "over the limit 16" in refusal(vlm, many).message
 
@@ -237,3 +240,26 @@ def test_a_text_model_refuses_images(make_host) -> None:
     job = SampleJob(prompt=[], prompt_input=image_input([1], b"x", [2]))
     with pytest.raises(InvalidInput, match="token chunks only"):
         host.sampler.validate(job)
+
+
+def test_override_dimensions_resize_the_image_before_the_processor(vlm: ModelHost) -> None:
+    """A 48×40 image sent with override_dimensions 20×80 reads as that image resized to 20×80
+    and sent as is."""
+    vlm.create_adapter("m", AdapterConfig(rank=4, seed=1))
+    original = Image.open(io.BytesIO(shape_png("triangle", (9, 99, 199))))
+    resized = png_of(original.convert("RGB").resize((20, 80), Image.Resampling.BICUBIC))
+    targets = list(range(1 + N_IMG + 1))
+
+    def logprobs(chunk: ImageChunk) -> np.ndarray:
+        model_input = ModelInput(
+            chunks=[EncodedTextChunk(tokens=[1]), chunk, EncodedTextChunk(tokens=[2])]
+        )
+        d = Datum(model_input=model_input, loss_fn_inputs={"target_tokens": targets})
+        out = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+        return out.loss_fn_outputs[0]["logprobs"].to_numpy()
+
+    dims = {"width": 20, "height": 80}
+    overridden = logprobs(ImageChunk(data=png_of(original), format="png", override_dimensions=dims))
+    np.testing.assert_allclose(overridden, logprobs(ImageChunk(data=resized, format="png")), **TOL)
+    plain = logprobs(ImageChunk(data=png_of(original), format="png"))
+    assert np.abs(plain - overridden).max() > 1e-5

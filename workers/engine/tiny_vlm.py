@@ -9,6 +9,7 @@ caching and naming live in ``catalog``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 from transformers import (
@@ -97,7 +98,7 @@ def tiny_vlm_config(tokenizer: PreTrainedTokenizerFast) -> LlavaConfig:
     return LlavaConfig(
         vision_config=vision,
         text_config=text,
-        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        image_token_index=int(tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)),  # type: ignore[arg-type]  # one token gives one id
         vision_feature_layer=-1,
         vision_feature_select_strategy="default",
         tie_word_embeddings=False,
@@ -117,7 +118,7 @@ def build_tiny_vlm(tokenizer: PreTrainedTokenizerFast) -> LlavaForConditionalGen
                 param.zero_()
             else:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
-    text = config.text_config
+    text = cast(LlamaConfig, config.text_config)
     model.generation_config = GenerationConfig(
         bos_token_id=text.bos_token_id,
         eos_token_id=text.eos_token_id,

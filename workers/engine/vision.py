@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def decode_image(data: bytes | str, fmt: str, field: str) -> Image.Image:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=[FORMATS[fmt]]) as probe:
                 width, height = probe.size
-                _check_size(width, height, field)
+                _check_size(width, height, f"{field}.data")
                 probe.verify()
             image = Image.open(io.BytesIO(data), formats=[FORMATS[fmt]])
             image.load()
@@ -79,7 +80,7 @@ def decode_image(data: bytes | str, fmt: str, field: str) -> Image.Image:
 def _check_size(width: int, height: int, field: str) -> None:
     if max(width, height) > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
         raise InvalidInput(
-            f"{field}.data",
+            field,
             f"is {width}×{height} pixels, over the limit of {MAX_IMAGE_SIDE} per side "
             f"and {MAX_IMAGE_PIXELS} in all",
         )
@@ -109,6 +110,10 @@ class VisionInputs:
     def image(self, chunk: object, field: str) -> tuple[int, Pixels]:
         """How many image tokens an image chunk takes, and its pixel tensors."""
         image = decode_image(chunk.data, chunk.format, field)  # type: ignore[attr-defined]
+        dims = getattr(chunk, "override_dimensions", None)
+        if dims is not None:  # the client's size for it: its token count follows
+            _check_size(dims.width, dims.height, f"{field}.override_dimensions")
+            image = image.resize((dims.width, dims.height), Image.Resampling.BICUBIC)
         out = self.processor(text=[self.image_token], images=[image], return_tensors="pt")
         count = int((out["input_ids"] == self.image_token_id).sum())
         expected = getattr(chunk, "expected_tokens", None)
@@ -155,7 +160,7 @@ class VisionInputs:
         return ExpandedInput(tokens, concat_pixels(pixels), image_tokens)
 
 
-def concat_pixels(parts: list[Pixels | None]) -> Pixels | None:
+def concat_pixels(parts: Sequence[Pixels | None]) -> Pixels | None:
     """Several inputs' image tensors as one batch's, in order (None: no image among them)."""
     present = [p for p in parts if p]
     if not present:

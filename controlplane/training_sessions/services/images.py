@@ -80,6 +80,9 @@ def _image_check(chunk: dict, field: str, per_image: int) -> None:
             field=f"{field}.type",
         )
     image_size(chunk.get("data"), chunk.get("format"), field)
+    dims = chunk.get("override_dimensions")
+    if isinstance(dims, dict):
+        _size_check(int(dims["width"]), int(dims["height"]), f"{field}.override_dimensions")
     expected = chunk.get("expected_tokens")
     if per_image and expected is not None and expected != per_image:
         raise DomainError(
@@ -119,12 +122,7 @@ def image_size(data: object, fmt: object, field: str) -> tuple[int, int]:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=[_FORMATS[str(fmt)]]) as image:
                 width, height = image.size
-                if max(width, height) > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
-                    raise DomainError(
-                        f"{field}.data: {width}×{height} pixels, over the limit of "
-                        f"{MAX_IMAGE_SIDE} per side and {MAX_IMAGE_PIXELS} in all",
-                        field=f"{field}.data",
-                    )
+                _size_check(width, height, f"{field}.data")
                 image.verify()
     except DomainError:
         raise
@@ -133,3 +131,12 @@ def image_size(data: object, fmt: object, field: str) -> tuple[int, int]:
             f"{field}.data: not a valid {fmt} image ({exc})", field=f"{field}.data"
         ) from None
     return width, height
+
+
+def _size_check(width: int, height: int, field: str) -> None:
+    if max(width, height) > MAX_IMAGE_SIDE or width * height > MAX_IMAGE_PIXELS:
+        raise DomainError(
+            f"{field}: {width}×{height} pixels, over the limit of {MAX_IMAGE_SIDE} per side "
+            f"and {MAX_IMAGE_PIXELS} in all",
+            field=field,
+        )

@@ -47,6 +47,9 @@ def _datum_to_proto(datum: Datum, msg: Any) -> None:
             image.data, image.format = chunk.data, chunk.format
             if chunk.expected_tokens is not None:
                 image.expected_tokens = chunk.expected_tokens
+            if chunk.override_dimensions is not None:
+                image.override_dimensions.width = chunk.override_dimensions.width
+                image.override_dimensions.height = chunk.override_dimensions.height
         else:
             raise ValueError(f"{chunk.type} chunks are not sent as protobuf")
     for name, tensor in datum.loss_fn_inputs.items():
