@@ -48,7 +48,10 @@ class ImageDimensions(RequestModel):
     """A width and height in pixels."""
 
     width: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    """Width in pixels."""
+
     height: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    """Height in pixels."""
 
 
 class ImageChunk(RequestModel):
