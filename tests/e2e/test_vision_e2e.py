@@ -3,6 +3,7 @@ and a real worker process serving the tiny vision-language model."""
 
 from __future__ import annotations
 
+import gc
 import io
 import math
 import time
@@ -139,3 +140,40 @@ def test_train_and_sample_on_images_through_a_vlm_worker(vlm_stack) -> None:
         other.create_training_client(trainer.model_id).forward_backward(
             data, loss_fn="cross_entropy"
         ).result(timeout=60)
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_the_official_tinker_sdk_sends_images(vlm_stack, monkeypatch) -> None:
+    """tinker 0.24.1's own ImageChunk, JSON on the wire, trains and samples on the tiny VLM."""
+    tinker = pytest.importorskip("tinker")
+    from tinker import types
+
+    monkeypatch.setenv("TINKER_API_KEY", vlm_stack.role_key("alice"))
+    service = tinker.ServiceClient(base_url=vlm_stack.url)
+    tc = service.create_lora_training_client(base_model=TINY_VLM, rank=4)
+    image = types.ImageChunk(data=png((9, 200, 9)), format="png", expected_tokens=PER_IMAGE)
+    prompt = types.ModelInput(
+        chunks=[types.EncodedTextChunk(tokens=[1, 2]), image, types.EncodedTextChunk(tokens=[3])]
+    )
+    n = 2 + PER_IMAGE + 1
+    d = types.Datum(
+        model_input=prompt,
+        loss_fn_inputs={"target_tokens": [0] * (n - 1) + [65], "weights": [0.0] * (n - 1) + [1.0]},
+    )
+    out = tc.forward_backward([d], "cross_entropy").result()
+    assert len(out.loss_fn_outputs[0]["logprobs"].tolist()) == n
+    tc.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    sampler = tc.save_weights_and_get_sampling_client()
+    res = sampler.sample(
+        prompt=prompt, num_samples=1, sampling_params=types.SamplingParams(max_tokens=3, seed=2)
+    ).result()
+    assert len(res.sequences[0].tokens) == 3
+    wrong = types.ModelInput(
+        chunks=[types.ImageChunk(data=png((1, 1, 1)), format="png", expected_tokens=5)]
+    )
+    with pytest.raises(tinker.BadRequestError, match="expected_tokens"):
+        sampler.sample(
+            prompt=wrong, num_samples=1, sampling_params=types.SamplingParams(max_tokens=1)
+        ).result()
+    gc.collect()
