@@ -3,6 +3,7 @@ and a real worker process serving the tiny vision-language model."""
 
 from __future__ import annotations
 
+import base64
 import gc
 import io
 import math
@@ -177,3 +178,35 @@ def test_the_official_tinker_sdk_sends_images(vlm_stack, monkeypatch) -> None:
             prompt=wrong, num_samples=1, sampling_params=types.SamplingParams(max_tokens=1)
         ).result()
     gc.collect()
+
+
+def test_chat_completions_take_data_uri_images(vlm_stack) -> None:
+    """``image_url`` content parts with a data: URI reach the tiny VLM; a remote URL is a 400
+    naming the part, and another tenant cannot use alice's model."""
+    alice = vlm_stack.keys["alice"]
+    uri = "data:image/png;base64," + base64.b64encode(png((50, 60, 70))).decode()
+
+    def chat(key: str, name: str, url: str) -> httpx.Response:
+        content = [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]
+        body = {"model": name, "messages": [{"role": "user", "content": content}]}
+        return httpx.post(
+            f"{vlm_stack.url}/v1/chat/completions",
+            json={**body, "max_tokens": 3, "seed": 1},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=120,
+        )
+
+    role = vlm_stack.roles["alice"]
+    with ServiceClient(base_url=vlm_stack.url, api_key=alice, role_arn=role) as sc:
+        trainer = sc.create_lora_training_client(TINY_VLM, rank=4, seed=3)
+        name = trainer.save_weights_for_sampler("chat").result(timeout=120).path
+        r = chat(alice, name, uri)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["finish_reason"] in ("length", "stop")
+        r = chat(alice, name, "https://example.com/cat.png")
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+        assert chat(vlm_stack.keys["charlie"], name, uri).status_code == 404
