@@ -13,7 +13,7 @@ from typing import cast
 
 import torch
 from transformers import (
-    CLIPImageProcessor,
+    CLIPImageProcessorPil,
     CLIPVisionConfig,
     GenerationConfig,
     LlamaConfig,
@@ -26,7 +26,7 @@ from transformers import (
 from .tiny_model import build_tiny_tokenizer
 
 # Bump when anything below changes: the cache folder is named after it, so old builds are ignored.
-TINY_VLM_VERSION = 1
+TINY_VLM_VERSION = 2
 TINY_VLM_SEED = 1
 TINY_VLM_CONTEXT_LENGTH = 1024
 IMAGE_TOKEN = "<image>"  # noqa: S105 — the placeholder token's text, not a secret
@@ -58,7 +58,7 @@ def build_tiny_vlm_tokenizer() -> PreTrainedTokenizerFast:
 
 def build_tiny_processor(tokenizer: PreTrainedTokenizerFast) -> LlavaProcessor:
     """Resize the short side to 32, centre-crop 32×32, normalise like CLIP."""
-    images = CLIPImageProcessor(
+    images = CLIPImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}
     )
     return LlavaProcessor(

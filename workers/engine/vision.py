@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from PIL import Image
 from transformers import AutoProcessor
+from transformers.utils import logging as hf_logging
 
 from .errors import InvalidInput
 
@@ -90,9 +91,12 @@ class VisionInputs:
     """A vision-language model's processor and image token, from its HF folder."""
 
     def __init__(self, folder: Path, vocab_size: int, image_token_id: int) -> None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the slow-backend notice of some image processors
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # the slow-backend notice of some image processors
+        try:
             self.processor = AutoProcessor.from_pretrained(folder)
+        finally:
+            hf_logging.set_verbosity(verbosity)
         self.image_token_id = int(image_token_id)
         self.image_token = self.processor.tokenizer.convert_ids_to_tokens(self.image_token_id)
         self.vocab_size = vocab_size
