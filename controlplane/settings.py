@@ -326,6 +326,7 @@ STRIPE_METER_EVENT_NAMES = {
     "forward_tokens": "loopwright_forward_tokens",
     "prefill_tokens": "loopwright_prefill_tokens",
     "sampled_tokens": "loopwright_sampled_tokens",
+    "image_tokens": "loopwright_image_tokens",
     "storage_gb_months": "loopwright_storage_gb_months",
     **env.dict("LOOPWRIGHT_STRIPE_METER_EVENT_NAMES", default={}),
 }

@@ -220,11 +220,13 @@ def _need(vault: Vault | None) -> Vault:
 
 def sample_job(payload: dict) -> SampleJob:
     """The engine's job for a sample payload (``SampleRequest`` JSON, plus ``topk_logprobs``)."""
-    prompt = ModelInput.model_validate(payload["prompt"]).to_ints()
+    model_input = ModelInput.model_validate(payload["prompt"])
+    text = all(chunk.type == "encoded_text" for chunk in model_input.chunks)
     return SampleJob.from_wire(
-        prompt,
+        model_input.to_ints() if text else [],
         int(payload.get("num_samples", 1)),
         SamplingParams.model_validate(payload["sampling_params"]),
+        None if text else model_input,  # images: the engine's sampler expands them
         **{key: payload[key] for key in SAMPLE_OPTIONS if payload.get(key) is not None},
     )
 

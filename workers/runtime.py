@@ -185,6 +185,7 @@ class WorkerRuntime:
             description=m.spec.description,
             context_length=self.host.context_length,
             vocab_size=self.host.vocab_size,
+            image_tokens=None if self.host.vision is None else self.host.vision.tokens_per_image,
             chat_template=m.chat_template,
             tokenizer_files=files,
             tokenizer_path=str(m.path),

@@ -138,6 +138,9 @@ def _chunk(msg: Any, field: str, fail) -> dict:
         image: dict = {"type": "image", "data": msg.image.data, "format": msg.image.format}
         if msg.image.HasField("expected_tokens"):
             image["expected_tokens"] = msg.image.expected_tokens
+        if msg.image.HasField("override_dimensions"):
+            dims = msg.image.override_dimensions
+            image["override_dimensions"] = {"width": dims.width, "height": dims.height}
         return image
     what = "audio (dmel) chunks are" if kind == "dmel" else "an empty chunk is"
     raise fail(f"{field}: {what} not supported", field)

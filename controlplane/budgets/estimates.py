@@ -9,7 +9,7 @@ from decimal import Decimal
 from controlplane.fleet.models import BaseModel
 from controlplane.metering.models import Meter
 from controlplane.metering.pricing import ZERO, PriceBook
-from controlplane.metering.tokens import batch_tokens, prompt_tokens
+from controlplane.metering.tokens import batch_tokens, image_tokens, prompt_tokens
 from controlplane.training_sessions.models import Operation
 
 from .models import Budget
@@ -17,7 +17,21 @@ from .models import Budget
 
 def bound(kind: str, payload: dict, base_model: str) -> dict[str, int]:
     """Tokens per meter the operation is billed at most (a sample without ``max_tokens`` may
-    fill the base model's context)."""
+    fill the base model's context); image tokens on their own meter, as they are billed."""
+    tokens = _bound(kind, payload, base_model)
+    images = image_tokens(kind, payload)
+    if images:
+        text_meter = {
+            Operation.Kind.FORWARD_BACKWARD: Meter.TRAIN_TOKENS,
+            Operation.Kind.FORWARD: Meter.FORWARD_TOKENS,
+            Operation.Kind.SAMPLE: Meter.PREFILL_TOKENS,
+        }[kind]
+        tokens[text_meter] -= images
+        tokens[Meter.IMAGE_TOKENS] = images
+    return tokens
+
+
+def _bound(kind: str, payload: dict, base_model: str) -> dict[str, int]:
     if kind == Operation.Kind.FORWARD_BACKWARD:
         return {Meter.TRAIN_TOKENS: batch_tokens(kind, payload) or 0}
     if kind == Operation.Kind.FORWARD:

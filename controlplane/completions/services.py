@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 from django.db import transaction
 
+from controlplane.fleet.models import BaseModel
 from controlplane.operations import admission, notices, sampling, token_notices
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict
@@ -69,15 +70,30 @@ def prepare(
     prompt_param: str,
     id_prefix: str,
     api_key: str = "",
+    images: list[list[dict]] | None = None,
 ) -> Prepared:
     """The operations of ``prompts`` sampled with ``params`` (``max_tokens`` None: the rest of
     the context); a prompt that leaves no room, or a ``max_tokens`` past it, is a 400 naming
-    ``prompt_param`` or ``max_tokens``. ``api_key``: the caller's key prefix."""
+    ``prompt_param`` or ``max_tokens``. ``api_key``: the caller's key prefix. ``images``: each
+    prompt's image chunks, in the order of the image tokens its rendering holds."""
     context = sampler.context_length or context_length(sampler.base_model)  # what it asked for
     payloads = [
         sample_payload(p, params, num_samples, topk_logprobs, context, prompt_param)
         for p in prompts
     ]
+    if images:
+        token, per_image = _image_token(tokenizer, sampler.base_model, prompt_param)
+        for k, (p, chunks) in enumerate(zip(prompts, images, strict=True)):
+            payloads[k] = sample_payload(
+                p,
+                params,
+                num_samples,
+                topk_logprobs,
+                context,
+                prompt_param,
+                chunks=_with_images(p, chunks, token, prompt_param),
+                extra_tokens=len(chunks) * (per_image - 1),
+            )
     stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
     strings = [s for s in stops if isinstance(s, str)]
     return Prepared(sampler, tokenizer, prompts, payloads, model, strings, id_prefix, api_key)
@@ -202,14 +218,18 @@ def sample_payload(
     topk_logprobs: int,
     context: int,
     param: str,
+    chunks: list[dict] | None = None,
+    extra_tokens: int = 0,
 ) -> dict:
-    """The body ``asample`` would store for this prompt, plus the top logprobs asked for."""
-    room = context - len(prompt)
+    """The body ``asample`` would store for this prompt (``chunks``: as these chunks, which
+    take ``extra_tokens`` more than the prompt), plus the top logprobs asked for."""
+    length = len(prompt) + extra_tokens
+    room = context - length
     limit = params.max_tokens
     if room <= 0 or (limit is not None and limit > room):
-        asked = f"{len(prompt)} tokens in the {param}"
+        asked = f"{length} tokens in the {param}"
         if limit is not None:
-            asked = f"{len(prompt) + limit} tokens ({asked}, {limit} in the completion)"
+            asked = f"{length + limit} tokens ({asked}, {limit} in the completion)"
         raise RenderError(
             f"This model's maximum context length is {context} tokens. However, you "
             f"requested {asked}.",
@@ -217,7 +237,7 @@ def sample_payload(
         )
     body = SampleRequest(
         num_samples=num_samples,
-        prompt=ModelInput.from_ints(prompt),
+        prompt=ModelInput.from_ints(prompt) if chunks is None else ModelInput(chunks=chunks),
         sampling_params=params.model_copy(update={"max_tokens": limit or room}),
     ).model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
     if topk_logprobs:
@@ -235,3 +255,43 @@ def operation_wait(op: Operation, deadline: float) -> Operation:
             f"(request {op.id} is still queued and will be metered when it runs)"
         )
     return op
+
+
+def _image_token(
+    tokenizer: PreTrainedTokenizerBase, base_model: str, param: str
+) -> tuple[int, int]:
+    """The token the chat template writes for an image, and how many tokens an image takes."""
+    per_image = (
+        BaseModel.objects.filter(name=base_model).values_list("image_tokens", flat=True).first()
+    )
+    text = getattr(tokenizer, "image_token", None) or "<image>"
+    token = tokenizer.convert_tokens_to_ids(text)
+    if per_image is None or not isinstance(token, int) or token == tokenizer.unk_token_id:
+        raise RenderError(f"{param}: this model takes no images", field=param)
+    return token, max(per_image, 1)
+
+
+def _with_images(prompt: list[int], images: list[dict], token: int, param: str) -> list[dict]:
+    """The rendered prompt's chunks: its text runs, and the images where it holds image tokens."""
+    chunks: list[dict] = []
+    run: list[int] = []
+    queue = list(images)
+    for t in prompt:
+        if t != token:
+            run.append(t)
+            continue
+        if not queue:
+            raise RenderError(
+                f"{param}: the chat template wrote more images than sent", field=param
+            )
+        if run:
+            chunks.append({"type": "encoded_text", "tokens": run})
+            run = []
+        chunks.append(queue.pop(0))
+    if queue:
+        raise RenderError(
+            f"{param}: the chat template did not place {len(queue)} of the images", field=param
+        )
+    if run:
+        chunks.append({"type": "encoded_text", "tokens": run})
+    return chunks

@@ -14,6 +14,9 @@ class BaseModel(models.Model):
     context_length = models.PositiveIntegerField()
     # token ids run from 0 to vocab_size - 1 (the output embedding's rows); None: not known yet
     vocab_size = models.PositiveIntegerField(null=True, blank=True)
+    # Images: None, it takes none (a text model); n > 0, each image is n tokens; 0, it takes
+    # images whose token count depends on the image (only its worker can tell).
+    image_tokens = models.PositiveIntegerField(null=True, blank=True)
     chat_template = models.TextField(null=True, blank=True)
     tokenizer_files = models.JSONField(default=dict)  # file name -> text
     tokenizer_path = models.CharField(max_length=1000, blank=True)  # on the worker's disk

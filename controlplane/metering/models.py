@@ -21,6 +21,9 @@ class Meter(models.TextChoices):
     FORWARD_TOKENS = "forward_tokens"  # forward: every datum's model input
     PREFILL_TOKENS = "prefill_tokens"  # sample: the prompt, once per request
     SAMPLED_TOKENS = "sampled_tokens"  # sample: the tokens of every returned sequence
+    # forward_backward, forward and sample: the image tokens of their inputs (which the three
+    # meters above then leave out)
+    IMAGE_TOKENS = "image_tokens"
     # checkpoint storage, in millionths of a GB-month (10^9 bytes kept 720 hours): its price
     # per million is the price of one GB-month
     STORAGE_GB_MONTHS = "storage_gb_months"
@@ -32,6 +35,7 @@ TOKEN_METERS = (
     Meter.FORWARD_TOKENS,
     Meter.PREFILL_TOKENS,
     Meter.SAMPLED_TOKENS,
+    Meter.IMAGE_TOKENS,
 )
 
 

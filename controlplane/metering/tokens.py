@@ -18,17 +18,27 @@ _BATCH_KEYS = {
 
 def input_tokens(model_input: dict) -> int:
     """Tokens of a wire ``ModelInput``: token chunks by length, images by their declared size."""
-    total = 0
+    return sum(text_and_image_tokens(model_input))
+
+
+def text_and_image_tokens(model_input: dict) -> tuple[int, int]:
+    """A wire ``ModelInput``'s tokens of its token chunks, and of its images (as declared, or
+    as the control plane wrote in on arrival)."""
+    text = image = 0
     for chunk in model_input.get("chunks") or ():
         if chunk.get("type", "encoded_text") == "encoded_text":
-            total += len(chunk.get("tokens") or ())
+            text += len(chunk.get("tokens") or ())
         else:
-            total += int(chunk.get("expected_tokens") or 0)
-    return total
+            image += int(chunk.get("expected_tokens") or 0)
+    return text, image
 
 
 def datum_tokens(data: Iterable[dict]) -> int:
     return sum(input_tokens(d.get("model_input") or {}) for d in data)
+
+
+def datum_image_tokens(data: Iterable[dict]) -> int:
+    return sum(text_and_image_tokens(d.get("model_input") or {})[1] for d in data)
 
 
 def batch_tokens(kind: str, payload: dict) -> int | None:
@@ -54,16 +64,31 @@ def work_tokens(kind: str, payload: dict) -> int | None:
     return batch_tokens(kind, payload)
 
 
-def operation_usage(kind: str, payload: dict, result: dict) -> dict[str, int]:
-    """Tokens per meter of one completed operation; kinds that process no tokens have none."""
-    if kind == Operation.Kind.FORWARD_BACKWARD:
-        return {Meter.TRAIN_TOKENS: batch_tokens(kind, payload) or 0}
-    if kind == Operation.Kind.FORWARD:
-        return {Meter.FORWARD_TOKENS: batch_tokens(kind, payload) or 0}
+def image_tokens(kind: str, payload: dict) -> int:
+    """The image tokens of an operation's inputs (a batch's datums, a sample's prompt)."""
     if kind == Operation.Kind.SAMPLE:
+        return text_and_image_tokens(payload.get("prompt") or {})[1]
+    key = _BATCH_KEYS.get(kind)
+    if key is None:
+        return 0
+    return datum_image_tokens((payload.get(key) or {}).get("data") or ())
+
+
+def operation_usage(kind: str, payload: dict, result: dict) -> dict[str, int]:
+    """Tokens per meter of one completed operation; kinds that process no tokens have none.
+    Image tokens are their own meter (only when there are some), left out of the others."""
+    images = image_tokens(kind, payload)
+    usage: dict[str, int] = {}
+    if kind == Operation.Kind.FORWARD_BACKWARD:
+        usage = {Meter.TRAIN_TOKENS: (batch_tokens(kind, payload) or 0) - images}
+    elif kind == Operation.Kind.FORWARD:
+        usage = {Meter.FORWARD_TOKENS: (batch_tokens(kind, payload) or 0) - images}
+    elif kind == Operation.Kind.SAMPLE:
         sequences = result.get("sequences") or ()
-        return {
-            Meter.PREFILL_TOKENS: prompt_tokens(payload),
+        usage = {
+            Meter.PREFILL_TOKENS: prompt_tokens(payload) - images,
             Meter.SAMPLED_TOKENS: sum(len(s.get("tokens") or ()) for s in sequences),
         }
-    return {}
+    if images:
+        usage[Meter.IMAGE_TOKENS] = images
+    return usage

@@ -36,15 +36,34 @@ class TextPart(_Body):
     text: str
 
 
+class ImageURL(_Body):
+    url: str = Field(max_length=14_000_000)
+    """A ``data:image/png;base64,...`` or ``data:image/jpeg;base64,...`` URI; remote URLs are
+    not fetched (docs/vision.md)."""
+
+    detail: Literal["auto", "low", "high"] | None = None
+    """Accepted and ignored: the model's processor decides."""
+
+
+class ImagePart(_Body):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
 class Message(_Body):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: str | list[TextPart | ImagePart]
     name: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def images(self) -> list[ImagePart]:
+        if isinstance(self.content, str):
+            return []
+        return [part for part in self.content if isinstance(part, ImagePart)]
 
 
 class _Sampling(_Body):

@@ -14,8 +14,10 @@ from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.services import vocabulary
 from loopwright.types import SamplingParams
 
+from . import chat_images
 from .response_format import schema_of
-from .schemas import ChatCompletionRequest, CompletionRequest
+from .schemas import ChatCompletionRequest, CompletionRequest, ImagePart, TextPart
+from .schemas import Message as ChatMessage
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -33,13 +35,34 @@ def chat_prepare(
     messages = [
         {
             "role": ROLES.get(m.role, m.role),
-            "content": m.text(),
+            "content": _content(m) if m.images() else m.text(),
             **({"name": m.name} if m.name else {}),
         }
         for m in req.messages
     ]
+    images = [
+        chat_images.image_chunk(part.image_url.url, f"messages[{i}].content[{j}].image_url.url")
+        for i, m in enumerate(req.messages)
+        if not isinstance(m.content, str)
+        for j, part in enumerate(m.content)
+        if isinstance(part, ImagePart)
+    ]
     prompt = rendering.render_chat(tokenizer, messages)
+    if images:
+        return _prepared(
+            sampler, tokenizer, [prompt], req, "messages", "chatcmpl-", api_key, [images]
+        )
     return _prepared(sampler, tokenizer, [prompt], req, "messages", "chatcmpl-", api_key)
+
+
+def _content(message: ChatMessage) -> list[dict]:
+    """A message's parts as chat templates take them: text, and images as ``{"type": "image"}``
+    (the template writes the model's image token for each)."""
+    assert not isinstance(message.content, str)  # noqa: S101 — only called with parts
+    return [
+        {"type": "text", "text": part.text} if isinstance(part, TextPart) else {"type": "image"}
+        for part in message.content
+    ]
 
 
 def text_prepare(
@@ -67,9 +90,11 @@ def _prepared(
     prompt_param: str,
     id_prefix: str,
     api_key: str,
+    images: list[list[dict]] | None = None,
 ) -> Prepared:
     _bias_check(req, sampler.base_model)
     return prepare(
+        images=images,
         sampler=sampler,
         tokenizer=tokenizer,
         prompts=prompts,

@@ -27,7 +27,7 @@ from controlplane.training_sessions.selectors import (
     sampler_get,
     session_get,
 )
-from controlplane.training_sessions.services import context, placement, vocabulary
+from controlplane.training_sessions.services import context, images, placement, vocabulary
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
 from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
@@ -239,6 +239,15 @@ def sample_submit(
     require_open(sampler.session)
     if sampler.live_model_id:
         require_ready(sampler.live_model)
+    images.images_check(
+        base_model=sampler.base_model, inputs=iter([("prompt", payload.get("prompt") or {})])
+    )
+    if payload.get("record_stability_info") and images.has_images(payload.get("prompt")):
+        raise DomainError(
+            "record_stability_info: recorded sequences hold token prompts only; this prompt "
+            "holds images",
+            field="record_stability_info",
+        )
     highest = vocabulary.highest_sampled(payload)
     vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
     vocabulary.vocab_check(

@@ -32,7 +32,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 from controlplane.training_sessions.selectors import session_get
-from controlplane.training_sessions.services import context, placement, vocabulary
+from controlplane.training_sessions.services import context, images, placement, vocabulary
 from controlplane.training_sessions.services.lora import lora_checked
 from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
@@ -299,7 +299,7 @@ def submit_step(
     """A training step (``one_statement_steps``) submitted in one statement together with
     ``audit``, its request's IAM decision: the operation, committed. None when it was not
     taken and nothing was written (not allowed, no ``seq_id``, a hard budget to admit it
-    against, or whatever the statement found in its way): the request then goes the portable
+    against, images to check, or whatever the statement found in its way): the request then goes the portable
     way (``training_submit``, in the request's audited transaction), which answers exactly as
     if this had not been tried."""
     if not one_statement_steps(kind) or not audit.allowed:
@@ -309,6 +309,8 @@ def submit_step(
     if kind in TOKEN_KINDS and has_hard_budgets(tenant):
         return None
     batch = payload.get("forward_input") or payload.get("forward_backward_input")
+    if any(images.has_images(m) for _, m in images.batch_inputs(batch, "data")):
+        return None  # images are checked against the base model the portable way
     return step_statement.submit(
         tenant=tenant,
         model_id=model_id,
@@ -352,6 +354,10 @@ def training_submit(
     step_checks.optimizer_matches(kind, payload, model.lora)
     if kind in TOKEN_KINDS:
         key = "forward_input" if kind == Operation.Kind.FORWARD else "forward_backward_input"
+        images.images_check(
+            base_model=model.base_model,
+            inputs=images.batch_inputs(payload.get(key), f"{key}.data"),
+        )
         vocabulary.vocab_check(
             base_model=model.base_model,
             highest=vocabulary.highest_token(payload.get(key)),

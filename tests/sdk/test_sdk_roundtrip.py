@@ -67,7 +67,14 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "SampledProvenanceSpan": SAMPLED_SPAN,
     "TensorData": {"data": [0.5], "dtype": "float32", "shape": [1, 1]},
     "EncodedTextChunk": {"tokens": [1], "type": "encoded_text"},
-    "ImageChunk": {"data": "aGk=", "format": "png", "expected_tokens": 3, "type": "image"},
+    "ImageChunk": {
+        "data": "aGk=",
+        "format": "png",
+        "expected_tokens": 3,
+        "override_dimensions": {"width": 4, "height": 2},
+        "type": "image",
+    },
+    "ImageDimensions": {"width": 640, "height": 480},
     "ImageAssetPointerChunk": {
         "format": "jpeg",
         "location": "s3://b/k",

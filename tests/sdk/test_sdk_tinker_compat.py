@@ -175,6 +175,7 @@ EXTRA_FIELDS = {
     ("SaveWeightsForSamplerRequest", "kind"),
     ("SaveWeightsForSamplerRequest", "user_metadata"),
     ("UntypedAPIFuture", "sample_sequence_ids"),
+    ("ImageChunk", "override_dimensions"),
     *(
         ("ClientConfigResponse", name)
         for name in (

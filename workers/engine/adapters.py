@@ -50,10 +50,15 @@ class AdapterConfig:
 
 
 def linear_targets(model: PreTrainedModel) -> dict[str, list[str]]:
-    """Names of the base model's linear layers by group: attn, mlp, unembed."""
+    """Names of the base model's linear layers by group: attn, mlp, unembed. A vision-language
+    model's vision encoder stays frozen: only its language model is adapted."""
     groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": []}
     out_emb = model.get_output_embeddings()
+    vision = _vision_encoder(model)
+    frozen = set() if vision is None else {id(m) for m in vision.modules()}
     for name, module in model.named_modules():
+        if id(module) in frozen:
+            continue
         if module is out_emb:
             groups["unembed"].append(name)
         elif isinstance(module, torch.nn.Linear):
@@ -62,6 +67,15 @@ def linear_targets(model: PreTrainedModel) -> dict[str, list[str]]:
             elif _MLP.search(name):
                 groups["mlp"].append(name)
     return groups
+
+
+def _vision_encoder(model: PreTrainedModel) -> torch.nn.Module | None:
+    for owner in (model, getattr(model, "model", None)):
+        for name in ("vision_tower", "vision_model", "visual"):
+            module = getattr(owner, name, None)
+            if isinstance(module, torch.nn.Module):
+                return module
+    return None
 
 
 def peft_config(cfg: AdapterConfig, targets: dict[str, list[str]]) -> peft.LoraConfig:

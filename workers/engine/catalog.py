@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from workers.engine import pretrained, tiny_model
+from workers.engine import pretrained, tiny_model, tiny_vlm
 from workers.engine.errors import EngineError, UnknownBaseModel
 
 TINY_MODEL = "loopwright/tiny-byte-llama"
+TINY_VLM = "loopwright/tiny-llava"
 DEFAULT_MODEL = pretrained.SMOLLM2_NAME
 
 CACHE_DIR_ENV = "LOOPWRIGHT_CACHE_DIR"
@@ -50,7 +51,10 @@ class BaseModelSpec:
     name: str
     description: str
     context_length: int
-    source: str  # "builtin-tiny" | "pypi-gguf" | "folder"
+    source: str  # "builtin-tiny" | "builtin-tiny-vlm" | "pypi-gguf" | "folder"
+    # A vision-language model: its inputs may hold images, which its processor turns into
+    # image tokens and pixels.
+    vision: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,13 @@ _BUILTIN_SPECS = {
         description="Tiny random byte-level Llama (~1M parameters) for tests and CI",
         context_length=tiny_model.TINY_CONTEXT_LENGTH,
         source="builtin-tiny",
+    ),
+    TINY_VLM: BaseModelSpec(
+        name=TINY_VLM,
+        description="Tiny random LLaVA (CLIP vision tower + byte-level Llama) for tests and CI",
+        context_length=tiny_vlm.TINY_VLM_CONTEXT_LENGTH,
+        source="builtin-tiny-vlm",
+        vision=True,
     ),
     DEFAULT_MODEL: BaseModelSpec(
         name=DEFAULT_MODEL,
@@ -137,6 +148,9 @@ class ModelCatalog:
         if spec.source == "builtin-tiny":
             key = f"loopwright--tiny-byte-llama--v{tiny_model.TINY_VERSION}"
             build: Callable[[Path], None] = tiny_model.save_tiny_model
+        elif spec.source == "builtin-tiny-vlm":
+            key = f"loopwright--tiny-llava--v{tiny_vlm.TINY_VLM_VERSION}"
+            build = tiny_vlm.save_tiny_vlm
         else:
             key, build = self._smollm2_build()
         target = self.cache_dir / "models" / key
@@ -161,6 +175,7 @@ class ModelCatalog:
             description=f"HF folder {path}",
             context_length=context_length,
             source="folder",
+            vision="vision_config" in config,
         )
 
     def _smollm2_build(self) -> tuple[str, Callable[[Path], None]]:

@@ -16,6 +16,7 @@ from loopwright.types import Datum
 
 from .errors import InvalidInput
 from .losses import LossSpec
+from .vision import Pixels, VisionInputs
 
 _INT_INPUTS = {"target_tokens"}
 
@@ -27,18 +28,35 @@ class PackedDatum:
     index: int
     tokens: np.ndarray
     inputs: dict[str, np.ndarray]
+    pixels: Pixels | None = None  # its images' tensors, when its input holds images
 
     @property
     def length(self) -> int:
         return int(self.tokens.shape[0])
 
 
-def tokens_of(model_input: object, field: str, vocab_size: int, context_length: int) -> np.ndarray:
-    """The token ids of a ModelInput, checked against the vocabulary and the context."""
+def tokens_of(
+    model_input: object,
+    field: str,
+    vocab_size: int,
+    context_length: int,
+    vision: VisionInputs | None = None,
+) -> tuple[np.ndarray, Pixels | None]:
+    """The token ids of a ModelInput, checked against the vocabulary and the context, and the
+    pixels of its images (a vision-language model's: each image is its image tokens)."""
+    pixels = None
     try:
-        tokens = np.asarray(model_input.to_ints(), dtype=np.int64)  # type: ignore[attr-defined]
+        if vision is not None:
+            expanded = vision.expand(model_input, field)
+            tokens, pixels = np.asarray(expanded.tokens, dtype=np.int64), expanded.pixels
+        else:
+            tokens = np.asarray(model_input.to_ints(), dtype=np.int64)  # type: ignore[attr-defined]
     except (ValueError, TypeError) as exc:
-        raise InvalidInput(field, f"only encoded_text chunks are supported ({exc})") from exc
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput(
+            field, f"only encoded_text chunks are supported by this base model ({exc})"
+        ) from exc
     if tokens.size == 0:
         raise InvalidInput(field, "is empty")
     if tokens.size > context_length:
@@ -46,7 +64,7 @@ def tokens_of(model_input: object, field: str, vocab_size: int, context_length: 
             field, f"has {tokens.size} tokens, over the model's context length {context_length}"
         )
     _check_token_range(tokens, field, vocab_size)
-    return tokens
+    return tokens, pixels
 
 
 def _check_token_range(tokens: np.ndarray, field: str, vocab_size: int) -> None:
@@ -60,19 +78,23 @@ def _check_token_range(tokens: np.ndarray, field: str, vocab_size: int) -> None:
 
 
 def validate_datums(
-    data: Sequence[Datum], spec: LossSpec, loss_name: str, vocab_size: int, context_length: int
+    data: Sequence[Datum],
+    spec: LossSpec,
+    loss_name: str,
+    vocab_size: int,
+    context_length: int,
+    vision: VisionInputs | None = None,
 ) -> list[PackedDatum]:
     if not data:
         raise InvalidInput("data", "must hold at least one datum")
     packed = []
     for i, datum in enumerate(data):
         where = f"data[{i}]"
-        tokens = tokens_of(datum.model_input, f"{where}.model_input", vocab_size, context_length)
-        packed.append(
-            PackedDatum(
-                i, tokens, _loss_inputs(datum, where, tokens.size, spec, loss_name, vocab_size)
-            )
+        tokens, pixels = tokens_of(
+            datum.model_input, f"{where}.model_input", vocab_size, context_length, vision
         )
+        inputs = _loss_inputs(datum, where, tokens.size, spec, loss_name, vocab_size)
+        packed.append(PackedDatum(i, tokens, inputs, pixels))
     return packed
 
 

@@ -23,6 +23,7 @@ import torch
 from peft import PeftModel
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -43,6 +44,7 @@ from .errors import CheckpointError, EngineError
 from .mixed_pass import MixedPass, PassRequest
 from .optim import AdamState
 from .sampler import SampleJob, Sampler, SampleResult, TokenSink
+from .vision import Pixels, VisionInputs, image_token_id_of, pixels_to
 
 _T = TypeVar("_T")
 
@@ -84,7 +86,7 @@ class ModelHost:
         self.dtype = self.config.torch_dtype()
         hf_logging.disable_progress_bar()
         started = time.perf_counter()
-        model = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
+        model = self._load_base()
         model.to(self.config.load_device or self.device).requires_grad_(False)  # type: ignore[arg-type]  # transformers' .to stub
         self.tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(
             self.materialized.path
@@ -117,6 +119,14 @@ class ModelHost:
             self.config.max_batch_tokens,
             self.device,
         )
+        # A vision-language base reads images: its processor makes them image tokens and pixels.
+        self.vision: VisionInputs | None = None
+        if self.materialized.spec.vision:
+            image_token = image_token_id_of(model.config)
+            if image_token is None:
+                raise EngineError(f"{base_model!r} is a vision model without an image token")
+            self.vision = VisionInputs(self.materialized.path, self.vocab_size, image_token)
+            self.passes.vision = self.sampler.vision = self.vision
         self._lock = threading.RLock()
         # Every pass is one of a group's in step (a base sharded over ranks): a failure that is
         # not a request's fails the whole call rather than going on to the next batch alone.
@@ -128,6 +138,13 @@ class ModelHost:
         # told of each adapter spilled to disk to make room, with its whole state
         self.on_evict: Callable[[str, snapshots.Snapshot], None] | None = None
         self.pool.on_evict = self._evicted
+
+    def _load_base(self) -> PreTrainedModel:
+        """The base model from its folder: a causal LM, or an image-text-to-text model."""
+        auto = (
+            AutoModelForImageTextToText if self.materialized.spec.vision else AutoModelForCausalLM
+        )
+        return auto.from_pretrained(self.materialized.path, dtype=self.dtype)
 
     def _evicted(self, model_id: str, lora: AdapterConfig, spilled: dict) -> None:
         if self.on_evict is None:
@@ -234,9 +251,12 @@ class ModelHost:
             return out
 
     def _target_logprobs(
-        self, input_ids_B_T: torch.Tensor, targets_B_T: torch.Tensor
+        self, input_ids_B_T: torch.Tensor, targets_B_T: torch.Tensor, pixels: Pixels | None = None
     ) -> torch.Tensor:
-        logits_B_T_V = self.pool.model(input_ids=input_ids_B_T, use_cache=False).logits.float()
+        images = pixels_to(pixels, self.device, self.dtype)
+        logits_B_T_V = self.pool.model(
+            input_ids=input_ids_B_T, use_cache=False, **images
+        ).logits.float()
         # log p(target) = -cross_entropy: one fused kernel instead of gather + logsumexp.
         nll_BT = torch.nn.functional.cross_entropy(
             logits_B_T_V.flatten(0, 1), targets_B_T.flatten(), reduction="none"
@@ -494,12 +514,14 @@ class ModelHost:
             return directory
 
     def _write_merged(self, adapter_dir: Path, directory: Path, *, untie: bool) -> None:
-        base = AutoModelForCausalLM.from_pretrained(self.materialized.path, dtype=self.dtype)
+        base = self._load_base()
         if untie:
             _untie_output_embeddings(base)
         merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
         merged.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
+        if self.vision is not None:
+            self.vision.processor.save_pretrained(directory)
 
 
 def _renumbered(on_tokens: TokenSink, numbers: list[int]) -> TokenSink:

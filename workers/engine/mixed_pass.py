@@ -23,6 +23,7 @@ from .datums import PackedDatum, validate_datums
 from .errors import EngineError, InvalidInput
 from .losses import LossSpec, resolve_loss
 from .mixed_lora import RowPlan
+from .vision import Pixels, VisionInputs, concat_pixels
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ class _Row:
     datum: PackedDatum
 
 
-TargetLogprobs = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# (input ids, target ids, the rows' image tensors in row order or None) -> target logprobs
+TargetLogprobs = Callable[[torch.Tensor, torch.Tensor, Pixels | None], torch.Tensor]
 
 
 class MixedPass:
@@ -97,6 +99,8 @@ class MixedPass:
         # Told, between each micro-batch's loss and its backward, whether a loss here was not
         # finite; raising aborts the pass (ranks of a sharded base agree here to stay in step).
         self.before_backward: Callable[[bool], None] | None = None
+        # A vision-language base: inputs may hold images (None: token chunks only).
+        self.vision: VisionInputs | None = None
 
     def run(self, requests: Sequence[PassRequest]) -> list[ForwardBackwardOutput | Exception]:
         """Each request's output, or the error that request alone would have raised. A failure
@@ -122,7 +126,7 @@ class MixedPass:
             raise InvalidInput("model_id", "the base model has no adapter to train")
         spec, cfg = resolve_loss(req.fwd.loss_fn, req.fwd.loss_fn_config)
         datums = validate_datums(
-            req.fwd.data, spec, req.fwd.loss_fn, self.vocab_size, self.context_length
+            req.fwd.data, spec, req.fwd.loss_fn, self.vocab_size, self.context_length, self.vision
         )
         if req.model_id is not None and req.model_id not in self.pool:
             self.pool.config(req.model_id)  # raises UnknownAdapter
@@ -201,7 +205,8 @@ class MixedPass:
         ids_B_T, targets_B_T, mask_B_T = _pack_tokens(order, self.device)
         plan = RowPlan.of([live[r.job].adapter for r in order], self.device)
         with torch.set_grad_enabled(backward), self.pool.router.rows(plan):
-            p_B_T = self.target_logprobs(ids_B_T, targets_B_T)
+            pixels = concat_pixels([r.datum.pixels for r in order])
+            p_B_T = self.target_logprobs(ids_B_T, targets_B_T, pixels)
             failed: dict[int, InvalidInput] = {}
             total = p_B_T.new_zeros(())
             parts: dict[int, tuple[torch.Tensor, dict[str, torch.Tensor]]] = {}

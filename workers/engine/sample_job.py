@@ -59,10 +59,19 @@ class SampleJob:
     # carries) when the operation completes: nothing changes here
     record_stability_info: bool = False
     controls: Controls = field(default_factory=Controls)  # processors, structure, logprobs law
+    # A prompt that holds images: the ModelInput as sent, ``prompt`` empty until the sampler of
+    # a vision-language model expands it (``Sampler.validate``); then its images' tensors.
+    prompt_input: Any = None
+    pixels: Any = None
 
     @classmethod
     def from_wire(
-        cls, prompt: Sequence[int], num_samples: int, params: SamplingParams, **options: Any
+        cls,
+        prompt: Sequence[int],
+        num_samples: int,
+        params: SamplingParams,
+        prompt_input: Any = None,
+        **options: Any,
     ) -> SampleJob:
         """A job from a sample request; ``options`` are its ``SAMPLE_OPTIONS`` fields.
 
@@ -93,6 +102,7 @@ class SampleJob:
             prompt_alt_tokens_k=int(options.get("prompt_alt_tokens_k") or 0),
             record_stability_info=bool(options.get("record_stability_info")),
             controls=Controls.of(params),
+            prompt_input=prompt_input,
         )
 
 

@@ -44,6 +44,7 @@ from .prompt_scoring import (
 )
 from .sample_job import SAMPLE_OPTIONS, SampleJob, validate_job
 from .sample_result import SampledSeq, SampledToken, SampleResult, TokenSink
+from .vision import VisionInputs, concat_pixels, pixels_to
 
 __all__ = [
     "SAMPLE_OPTIONS",
@@ -102,13 +103,35 @@ class Sampler:
         eos = tokenizer.eos_token_id
         self.default_stop = [] if eos is None else [int(eos)]
         self.grammars = Grammars(tokenizer, vocab_size)
+        # A vision-language base: prompts may hold images (None: token chunks only).
+        self.vision: VisionInputs | None = None
 
     # -- validation ------------------------------------------------------------------------
     def validate(self, job: SampleJob, where: str = "") -> int:
-        """Check a job; returns its effective max_tokens."""
+        """Check a job; returns its effective max_tokens. A prompt with images is expanded
+        here (its image tokens into ``prompt``, its pixels into ``pixels``)."""
+        self._expand_images(job, where)
         limit = validate_job(job, self.vocab_size, self.context_length, where)
         self.grammars.check(job.controls.structure, f"{where}sampling_params")
         return limit
+
+    def _expand_images(self, job: SampleJob, where: str) -> None:
+        if self.vision is None:
+            if job.prompt_input is not None:
+                raise InvalidInput(
+                    f"{where}prompt", "holds images; this base model reads token chunks only"
+                )
+            return
+        if job.prompt_input is not None:
+            expanded = self.vision.expand(job.prompt_input, f"{where}prompt")
+            job.prompt, job.pixels, job.prompt_input = expanded.tokens, expanded.pixels, None
+        elif job.pixels is None and self.vision.image_token_id in job.prompt:
+            i = job.prompt.index(self.vision.image_token_id)
+            raise InvalidInput(
+                f"{where}prompt",
+                f"token {self.vision.image_token_id} at position {i} is the image token; "
+                "send the image as an image chunk",
+            )
 
     # -- sampling --------------------------------------------------------------------------
     @torch.no_grad()
@@ -147,8 +170,11 @@ class Sampler:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         needed = [positions_needed(job) for job in jobs]
         keep = max(needed)
+        pixels = concat_pixels([job.pixels for job in jobs])
+        dtype = getattr(self.model, "dtype", torch.float32)
         with self.router.rows(RowPlan.of(adapters, self.device)):
             out = self.model(
+                **pixels_to(pixels, self.device, dtype),
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,

@@ -15,7 +15,7 @@ from ..types import (
     SampledProvenanceSpan,
     TensorData,
 )
-from ..types.chunks import EncodedTextChunk
+from ..types.chunks import EncodedTextChunk, ImageChunk
 from . import pb
 
 __all__ = ["encode_forward_backward", "tensor_to_proto"]
@@ -40,9 +40,18 @@ def tensor_to_proto(tensor: TensorData, msg: Any) -> None:
 
 def _datum_to_proto(datum: Datum, msg: Any) -> None:
     for chunk in datum.model_input.chunks:
-        if not isinstance(chunk, EncodedTextChunk):
+        if isinstance(chunk, EncodedTextChunk):
+            msg.model_input.add().encoded_text.tokens = np.asarray(chunk.tokens, "<i4").tobytes()
+        elif isinstance(chunk, ImageChunk):
+            image = msg.model_input.add().image
+            image.data, image.format = chunk.data, chunk.format
+            if chunk.expected_tokens is not None:
+                image.expected_tokens = chunk.expected_tokens
+            if chunk.override_dimensions is not None:
+                image.override_dimensions.width = chunk.override_dimensions.width
+                image.override_dimensions.height = chunk.override_dimensions.height
+        else:
             raise ValueError(f"{chunk.type} chunks are not sent as protobuf")
-        msg.model_input.add().encoded_text.tokens = np.asarray(chunk.tokens, "<i4").tobytes()
     for name, tensor in datum.loss_fn_inputs.items():
         tensor_to_proto(tensor, msg.loss_fn_inputs[name])
     for span in datum.model_input_spans or ():

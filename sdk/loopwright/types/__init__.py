@@ -10,7 +10,13 @@ from .checkpoints import (
     CheckpointType,
     ParsedCheckpointTinkerPath,
 )
-from .chunks import EncodedTextChunk, ImageAssetPointerChunk, ImageChunk, ModelInputChunk
+from .chunks import (
+    EncodedTextChunk,
+    ImageAssetPointerChunk,
+    ImageChunk,
+    ImageDimensions,
+    ModelInputChunk,
+)
 from .datum import LOSS_INPUT_DTYPES, Datum, LossFnInputs
 from .futures import (
     FutureRetrieveRequest,
@@ -161,6 +167,7 @@ __all__ = [
     "HealthResponse",
     "ImageAssetPointerChunk",
     "ImageChunk",
+    "ImageDimensions",
     "ListBaseModelsResponse",
     "ListSessionInfosResponse",
     "ListSessionsResponse",

@@ -20,7 +20,13 @@ from pydantic import (
 from ._base import RequestModel
 from .limits import NonNegativeInt32, TokenId
 
-__all__ = ["EncodedTextChunk", "ImageAssetPointerChunk", "ImageChunk", "ModelInputChunk"]
+__all__ = [
+    "EncodedTextChunk",
+    "ImageAssetPointerChunk",
+    "ImageChunk",
+    "ImageDimensions",
+    "ModelInputChunk",
+]
 
 
 class EncodedTextChunk(RequestModel):
@@ -38,6 +44,16 @@ class EncodedTextChunk(RequestModel):
         return len(self.tokens)
 
 
+class ImageDimensions(RequestModel):
+    """A width and height in pixels."""
+
+    width: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    """Width in pixels."""
+
+    height: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    """Height in pixels."""
+
+
 class ImageChunk(RequestModel):
     """An inline image (base64 in JSON)."""
 
@@ -49,6 +65,10 @@ class ImageChunk(RequestModel):
 
     expected_tokens: NonNegativeInt32 | None = None
     """Advisory number of tokens the image occupies; needed to compute a length."""
+
+    override_dimensions: ImageDimensions | None = None
+    """Dimensions the image is resized to before the model's processor sees it (its token
+    count follows them); None: its encoded dimensions."""
 
     type: Literal["image"] = "image"
     """Chunk kind tag."""

@@ -11,7 +11,6 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from ._base import RequestModel, ResponseModel
-from .chunks import EncodedTextChunk
 from .limits import INT32_MAX, BaseModelName, Counter, Id, Seed, TinkerPath, TokenId
 from .model_input import ModelInput
 from .sampling_controls import (
@@ -168,16 +167,6 @@ class SampleRequest(RequestModel):
 
     type: Literal["sample"] = "sample"
     """Request kind tag."""
-
-    @model_validator(mode="after")
-    def _token_prompt(self) -> SampleRequest:
-        for i, chunk in enumerate(self.prompt.chunks):
-            if not isinstance(chunk, EncodedTextChunk):
-                raise ValueError(
-                    f"prompt.chunks[{i}]: {chunk.type} chunks cannot be sampled from here; "
-                    "prompts are token chunks (encoded_text)"
-                )
-        return self
 
 
 class SampledSequence(ResponseModel):

@@ -1,0 +1,123 @@
+"""Images in model inputs, checked on arrival against the base model's registration: JSON and
+protobuf bodies, 400s naming the field and the limit, another tenant's 404."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import pytest
+from PIL import Image
+
+from controlplane.fleet.models import BaseModel
+from loopwright.proto.fwdbwd import encode_forward_backward
+from loopwright.types import ForwardBackwardInput
+
+from .conftest import TINY
+from .test_protobuf_wire import post_proto
+from .wire import create_model, fwdbwd, open_session
+
+PROTO = "application/x-protobuf"
+
+
+def png(size: tuple[int, int] = (12, 10)) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", size, (10, 200, 30)).save(buf, "PNG")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def image_datum(image: dict, image_tokens: int = 16) -> dict:
+    n = 2 + image_tokens
+    return {
+        "model_input": {
+            "chunks": [
+                {"type": "encoded_text", "tokens": [1]},
+                {"type": "image", "format": "png", **image},
+                {"type": "encoded_text", "tokens": [2]},
+            ]
+        },
+        "loss_fn_inputs": {"target_tokens": {"data": [0] * n, "dtype": "int64"}},
+    }
+
+
+@pytest.fixture
+def model(alice, runtime) -> str:
+    return create_model(alice, runtime, open_session(alice))
+
+
+def refused(r, field: str) -> str:
+    assert r.status_code == 400, r.content
+    assert r.json()["field"] == field, r.json()
+    return r.json()["detail"]
+
+
+AT = "forward_backward_input.data[0].model_input.chunks[1]"
+
+
+def test_a_text_base_model_refuses_images_by_name(alice, model) -> None:
+    r = alice.post("forward_backward", fwdbwd(model, 1, [image_datum({"data": png()})]))
+    assert "takes no images" in refused(r, AT)
+
+
+@pytest.mark.parametrize(
+    ("image", "field", "words"),
+    [
+        ({"data": png(), "expected_tokens": 9}, f"{AT}.expected_tokens", ("9", "16")),
+        ({"data": base64.b64encode(b"\x89PNG\r\n\x1a\nno").decode()}, f"{AT}.data", ("valid png",)),
+        ({"data": "%%% not base64"}, f"{AT}.image.data", ("base64",)),  # the wire types' own
+        ({"data": png((9000, 1))}, f"{AT}.data", ("9000×1", "8192")),
+        ({"data": png(), "format": "jpeg"}, f"{AT}.data", ("valid jpeg",)),
+        (
+            {"data": png(), "override_dimensions": {"width": 5000, "height": 5000}},
+            f"{AT}.override_dimensions",
+            ("5000×5000",),
+        ),
+    ],
+)
+def test_bad_images_are_400_naming_the_field(alice, model, image, field, words) -> None:
+    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
+    r = alice.post("forward_backward", fwdbwd(model, 1, [image_datum(image)]))
+    detail = refused(r, field)
+    assert all(w in detail for w in words), detail
+
+
+def test_protobuf_images_are_checked_as_json_ones(alice, charlie, model) -> None:
+    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
+    wrong = image_datum(
+        {"data": png(), "expected_tokens": 3, "override_dimensions": {"width": 8, "height": 8}}
+    )
+    batch = ForwardBackwardInput.model_validate({"data": [wrong], "loss_fn": "cross_entropy"})
+    body = encode_forward_backward(model, 1, batch)
+    assert refused(post_proto(alice, body), f"{AT}.expected_tokens")
+    assert post_proto(charlie, encode_forward_backward(model, 2, batch)).status_code == 404
+
+
+def test_the_registered_count_is_written_into_an_image_without_one(alice, model) -> None:
+    from controlplane.training_sessions.models import Operation
+
+    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
+    r = alice.post("forward_backward", fwdbwd(model, 1, [image_datum({"data": png()})]))
+    assert r.status_code == 200, r.content
+    op = Operation.objects.get(id=r.json()["request_id"])
+    chunk = op.payload["forward_backward_input"]["data"][0]["model_input"]["chunks"][1]
+    assert chunk["expected_tokens"] == 16
+
+
+def test_a_recorded_sample_cannot_hold_images(alice, runtime, model) -> None:
+    from .wire import result
+
+    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
+    saved = alice.post(
+        "save_weights_for_sampler", {"model_id": model, "seq_id": 1, "sampling_session_seq_id": 0}
+    ).json()
+    sampler = result(alice, runtime, saved)["sampling_session_id"]
+    prompt = {"chunks": [{"type": "image", "data": png(), "format": "png"}]}
+    body = {
+        "sampling_session_id": sampler,
+        "seq_id": 1,
+        "num_samples": 1,
+        "prompt": prompt,
+        "sampling_params": {"max_tokens": 1},
+        "record_stability_info": True,
+    }
+    assert "images" in refused(alice.post("asample", body), "record_stability_info")

@@ -1,0 +1,265 @@
+"""The vision-language engine (the tiny LLaVA): images in training and sampling inputs, against
+plain transformers + peft and the model's own processor; refusals of bad images."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from transformers import AutoModelForImageTextToText
+
+from loopwright.types import (
+    AdamParams,
+    Datum,
+    EncodedTextChunk,
+    ForwardBackwardInput,
+    ImageAssetPointerChunk,
+    ImageChunk,
+    ModelInput,
+)
+from workers.engine import tiny_vlm
+from workers.engine.adapters import AdapterConfig
+from workers.engine.catalog import TINY_MODEL, TINY_VLM, ModelCatalog
+from workers.engine.errors import InvalidInput
+from workers.engine.host import HostConfig, ModelHost
+from workers.engine.sampler import SampleJob
+
+from .reference import assert_grads_close, randomize_adapter
+from .vision_reference import (
+    plain_vlm_peft,
+    processed,
+    random_targets,
+    shape_png,
+    vlm_logprobs,
+)
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+N_IMG = tiny_vlm.TOKENS_PER_IMAGE
+
+
+@pytest.fixture(scope="module")
+def vlm_catalog(tmp_path_factory: pytest.TempPathFactory) -> ModelCatalog:
+    catalog = ModelCatalog(cache_dir=tmp_path_factory.mktemp("vlm-cache"))
+    catalog.materialize(TINY_VLM)
+    return catalog
+
+
+@pytest.fixture
+def vlm(vlm_catalog: ModelCatalog, tmp_path: Path) -> ModelHost:
+    return ModelHost(TINY_VLM, HostConfig(spill_dir=tmp_path / "spill"), vlm_catalog)
+
+
+def image_input(before: list[int], png: bytes, after: list[int], **extra) -> ModelInput:
+    image = ImageChunk(data=png, format="png", **extra)
+    return ModelInput(
+        chunks=[EncodedTextChunk(tokens=before), image, EncodedTextChunk(tokens=after)]
+    )
+
+
+def test_the_catalog_builds_the_tiny_vlm_and_knows_a_vlm_folder(vlm_catalog, tmp_path) -> None:
+    spec = vlm_catalog.spec(TINY_VLM)
+    assert spec.vision and not vlm_catalog.spec(TINY_MODEL).vision
+    folder = vlm_catalog.materialize(TINY_VLM).path
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == "llava" and (folder / "processor_config.json").is_file()
+    operator = ModelCatalog(cache_dir=tmp_path, folders={"acme/vlm": folder})
+    assert operator.spec("acme/vlm").vision
+    assert operator.spec("acme/vlm").context_length == tiny_vlm.TINY_VLM_CONTEXT_LENGTH
+
+
+@pytest.mark.parametrize("loss_fn", ["cross_entropy", "importance_sampling"])
+def test_lora_gradients_with_images_match_plain_peft(vlm: ModelHost, loss_fn: str) -> None:
+    rng = np.random.default_rng(0)
+    vlm.create_adapter("m", AdapterConfig(rank=4, alpha=16, seed=3))
+    randomize_adapter(vlm, "m", seed=4)
+    ref_model, ref_params = plain_vlm_peft(vlm, "m")
+    # only the language model is adapted: the vision tower and projector stay frozen
+    assert ref_params and all(".language_model." in n or "lm_head" in n for n in ref_params)
+    pngs = [shape_png("circle", (200, 30, 30)), shape_png("square", (20, 30, 220), (33, 60))]
+    data, reference = [], []
+    total = torch.zeros((), dtype=torch.float64)
+    for k, png in enumerate(pngs):
+        before, after = [5, 6 + k], [40, 41, 42][: k + 1]
+        ids, pixel_values = processed(vlm, before, png, after)
+        targets = random_targets(rng, len(ids))
+        inputs: dict = {"target_tokens": targets}
+        if loss_fn == "cross_entropy":
+            inputs["weights"] = rng.uniform(-0.5, 1.5, len(ids)).astype(np.float32).tolist()
+        else:
+            inputs["logprobs"] = rng.uniform(-6, -4, len(ids)).astype(np.float32).tolist()
+            inputs["advantages"] = rng.normal(size=len(ids)).astype(np.float32).tolist()
+        data.append(Datum(model_input=image_input(before, png, after), loss_fn_inputs=inputs))
+        p = vlm_logprobs(ref_model, ids, targets, pixel_values)
+        if loss_fn == "cross_entropy":
+            loss = -(p * torch.tensor(inputs["weights"], dtype=torch.float64)).sum()
+        else:
+            r = torch.exp(p - torch.tensor(inputs["logprobs"], dtype=torch.float64))
+            loss = -(r * torch.tensor(inputs["advantages"], dtype=torch.float64)).sum()
+        total = total + loss
+        reference.append(p.detach().numpy())
+    total.backward()
+    out = vlm.forward_backward("m", ForwardBackwardInput(data=data, loss_fn=loss_fn))
+    for k, ref in enumerate(reference):
+        np.testing.assert_allclose(out.loss_fn_outputs[k]["logprobs"].to_numpy(), ref, **TOL)
+    assert out.metrics["loss:sum"] == pytest.approx(float(total.detach()), rel=1e-5)
+    assert_grads_close(vlm.pool.parameters("m"), ref_params)
+
+
+def test_the_image_is_seen_and_text_only_inputs_still_work(vlm: ModelHost) -> None:
+    vlm.create_adapter("m", AdapterConfig(rank=4, seed=1))
+    targets = list(range(2 + N_IMG + 2))
+
+    def logprobs(model_input: ModelInput) -> np.ndarray:
+        d = Datum(model_input=model_input, loss_fn_inputs={"target_tokens": targets})
+        out = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+        return out.loss_fn_outputs[0]["logprobs"].to_numpy()
+
+    red = logprobs(image_input([1, 2], shape_png("circle", (250, 0, 0)), [3, 4]))
+    blue = logprobs(image_input([1, 2], shape_png("circle", (0, 0, 250)), [3, 4]))
+    assert np.allclose(red[:2], blue[:2])  # before the image: causal, unchanged
+    assert np.abs(red[-2:] - blue[-2:]).max() > 1e-4  # after it: the image matters
+    text = Datum(
+        model_input=ModelInput.from_ints([7, 8, 9]), loss_fn_inputs={"target_tokens": [8, 9, 10]}
+    )
+    out = vlm.forward("m", ForwardBackwardInput(data=[text], loss_fn="cross_entropy"))
+    assert out.loss_fn_outputs[0]["logprobs"].to_numpy().shape == (3,)
+
+
+def test_sampled_logprobs_match_the_trainer_with_an_image(vlm: ModelHost) -> None:
+    vlm.create_adapter("m", AdapterConfig(rank=4, seed=2))
+    randomize_adapter(vlm, "m", seed=5)
+    prompt = image_input([10, 11], shape_png("triangle", (0, 160, 0)), [12])
+    job = SampleJob(prompt=[], prompt_input=prompt, num_samples=2, max_tokens=6, seed=7)
+    job.prompt_logprobs = True
+    vlm.sampler.validate(job)
+    assert job.prompt == [10, 11, *[259] * N_IMG, 12] and job.pixels is not None
+    (result,) = vlm.sample("m", [job])
+    for seq in result.sequences:
+        full = [*prompt.chunks, EncodedTextChunk(tokens=seq.tokens[:-1])]
+        n = len(job.prompt) + len(seq.tokens) - 1
+        targets = [*job.prompt[1:], *seq.tokens]
+        d = Datum(model_input=ModelInput(chunks=full), loss_fn_inputs={"target_tokens": targets})
+        out = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+        trainer = out.loss_fn_outputs[0]["logprobs"].to_numpy()
+        assert trainer.shape == (n,)
+        np.testing.assert_allclose(seq.logprobs, trainer[-len(seq.tokens) :], **TOL)
+        prompt_lp = np.array(result.prompt.prompt_logprobs[1:], dtype=np.float32)
+        np.testing.assert_allclose(prompt_lp, trainer[: len(job.prompt) - 1], **TOL)
+
+
+def test_training_on_an_image_lowers_its_loss_and_checkpoints_round_trip(
+    vlm: ModelHost, vlm_catalog: ModelCatalog, tmp_path: Path
+) -> None:
+    vlm.create_adapter("m", AdapterConfig(rank=8, seed=1))
+    model_input = image_input([1], shape_png("square", (200, 200, 0)), [2, 3])
+    n = 1 + N_IMG + 2
+    weights = [0.0] * (n - 3) + [1.0] * 3
+    d = Datum(
+        model_input=model_input,
+        loss_fn_inputs={"target_tokens": [0] * (n - 3) + [65, 66, 67], "weights": weights},
+    )
+    fwd = ForwardBackwardInput(data=[d], loss_fn="cross_entropy")
+    first = vlm.forward_backward("m", fwd).metrics["loss:sum"]
+    vlm.optim_step("m", AdamParams(learning_rate=0.02))
+    for _ in range(4):
+        vlm.forward_backward("m", fwd)
+        vlm.optim_step("m", AdamParams(learning_rate=0.02))
+    trained = vlm.forward("m", fwd)
+    assert trained.metrics["loss:sum"] < first - 1.0
+    vlm.save_state("m", tmp_path / "state")
+    other = ModelHost(TINY_VLM, HostConfig(spill_dir=tmp_path / "spill2"), vlm_catalog)
+    other.restore("m2", tmp_path / "state")
+    again = other.forward("m2", fwd)
+    np.testing.assert_allclose(
+        again.loss_fn_outputs[0]["logprobs"].to_numpy(),
+        trained.loss_fn_outputs[0]["logprobs"].to_numpy(),
+        **TOL,
+    )
+    merged = vlm.export_merged("m", tmp_path / "merged")
+    plain = AutoModelForImageTextToText.from_pretrained(merged, dtype=torch.float32)
+    ids, pixel_values = processed(vlm, [1], shape_png("square", (200, 200, 0)), [2, 3])
+    with torch.no_grad():
+        ref = vlm_logprobs(plain, ids, d.loss_fn_inputs["target_tokens"].tolist(), pixel_values)
+    np.testing.assert_allclose(
+        trained.loss_fn_outputs[0]["logprobs"].to_numpy(), ref.numpy(), **TOL
+    )
+
+
+def png_of(image: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, "PNG")
+    return buf.getvalue()
+
+
+def refusal(vlm: ModelHost, model_input: ModelInput) -> InvalidInput:
+    d = Datum(model_input=model_input, loss_fn_inputs={"target_tokens": [0]})
+    with pytest.raises(InvalidInput) as caught:
+        vlm.datum_lengths(
+            "m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"), backward=True
+        )
+    return caught.value
+
+
+def test_bad_images_are_refused_naming_the_field(vlm: ModelHost) -> None:
+    vlm.create_adapter("m", AdapterConfig(rank=4))
+    png = shape_png("circle", (1, 2, 3))
+    err = refusal(vlm, image_input([1], png, [2], expected_tokens=N_IMG + 1))
+    assert err.field == "data[0].model_input.chunks[1].expected_tokens"
+    assert str(N_IMG + 1) in err.message and str(N_IMG) in err.message
+    err = refusal(vlm, image_input([1], b"\x89PNG\r\n\x1a\n not really", [2]))
+    assert err.field == "data[0].model_input.chunks[1].data" and "not a valid png" in err.message
+    jpeg = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(jpeg, "JPEG")
+    err = refusal(vlm, image_input([1], jpeg.getvalue(), [2]))  # declared png
+    assert "not a valid png" in err.message
+    wide = png_of(Image.new("L", (9000, 1)))
+    err = refusal(vlm, image_input([1], wide, [2]))
+    assert err.field.endswith(".data") and "9000×1 pixels" in err.message
+    err = refusal(vlm, ModelInput.from_ints([1, 259, 2]))
+    assert err.field == "data[0].model_input.chunks[0].tokens" and "image token" in err.message
+    pointer = ImageAssetPointerChunk(format="png", location="https://example.com/a.png")
+    err = refusal(vlm, ModelInput(chunks=[pointer]))
+    assert err.field == "data[0].model_input.chunks[0].type"
+    big = ImageChunk(data=png, format="png", override_dimensions={"width": 9000, "height": 9})
+    err = refusal(vlm, ModelInput(chunks=[big]))
+    assert err.field == "data[0].model_input.chunks[0].override_dimensions"
+    many = ModelInput(chunks=[ImageChunk(data=png, format="png")] * 17)
+    assert "over the limit 16" in refusal(vlm, many).message
+
+
+def test_a_text_model_refuses_images(make_host) -> None:
+    host = make_host()
+    host.create_adapter("m", AdapterConfig(rank=4))
+    err = refusal(host, image_input([1], shape_png("circle", (1, 2, 3)), [2]))
+    assert err.field == "data[0].model_input" and "encoded_text" in err.message
+    job = SampleJob(prompt=[], prompt_input=image_input([1], b"x", [2]))
+    with pytest.raises(InvalidInput, match="token chunks only"):
+        host.sampler.validate(job)
+
+
+def test_override_dimensions_resize_the_image_before_the_processor(vlm: ModelHost) -> None:
+    """A 48×40 image sent with override_dimensions 20×80 reads as that image resized to 20×80
+    and sent as is."""
+    vlm.create_adapter("m", AdapterConfig(rank=4, seed=1))
+    original = Image.open(io.BytesIO(shape_png("triangle", (9, 99, 199))))
+    resized = png_of(original.convert("RGB").resize((20, 80), Image.Resampling.BICUBIC))
+    targets = list(range(1 + N_IMG + 1))
+
+    def logprobs(chunk: ImageChunk) -> np.ndarray:
+        model_input = ModelInput(
+            chunks=[EncodedTextChunk(tokens=[1]), chunk, EncodedTextChunk(tokens=[2])]
+        )
+        d = Datum(model_input=model_input, loss_fn_inputs={"target_tokens": targets})
+        out = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+        return out.loss_fn_outputs[0]["logprobs"].to_numpy()
+
+    dims = {"width": 20, "height": 80}
+    overridden = logprobs(ImageChunk(data=png_of(original), format="png", override_dimensions=dims))
+    np.testing.assert_allclose(overridden, logprobs(ImageChunk(data=resized, format="png")), **TOL)
+    plain = logprobs(ImageChunk(data=png_of(original), format="png"))
+    assert np.abs(plain - overridden).max() > 1e-5
