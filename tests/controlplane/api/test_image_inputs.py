@@ -12,10 +12,10 @@ from PIL import Image
 from controlplane.fleet.models import BaseModel
 from loopwright.proto.fwdbwd import encode_forward_backward
 from loopwright.types import ForwardBackwardInput
+from tests.support.tiny_worker import TINY
+from tests.support.wire import create_model, fwdbwd, open_session
 
-from .conftest import TINY
 from .test_protobuf_wire import post_proto
-from .wire import create_model, fwdbwd, open_session
 
 PROTO = "application/x-protobuf"
 
@@ -104,7 +104,7 @@ def test_the_registered_count_is_written_into_an_image_without_one(alice, model)
 
 
 def test_a_recorded_sample_cannot_hold_images(alice, runtime, model) -> None:
-    from .wire import result
+    from tests.support.wire import result
 
     BaseModel.objects.filter(name=TINY).update(image_tokens=16)
     saved = alice.post(
