@@ -70,7 +70,7 @@ openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.j
 	$(BIN)/python manage.py spectacular --format openapi-json --file openapi.json --validate --fail-on-warn
 
 # The worker's engine interface and what drives it through it, type-checked in make lint.
-TYPED = workers/engine/interface.py workers/replicated_host.py workers/executor.py \
+TYPED = workers/engine/interface.py workers/replicated_host.py workers/engine_cpu.py workers/executor.py \
 	workers/recovery.py workers/passes.py workers/recording.py workers/group_member.py \
 	workers/lease.py workers/restoring.py workers/running.py workers/draining.py \
 	tests/workers/test_engine_interface.py
@@ -132,6 +132,10 @@ bench-sigv4: setup ## SigV4 verification per request (p50) vs the 0.5 ms budget,
 
 bench-overhead: setup ## SDK round trip through control plane, Redis and worker vs in process
 	$(BIN)/python -m bench.overhead_bench
+
+.PHONY: op-cost
+op-cost: setup ## CPU ms per operation of each process (client, web, PostgreSQL, Redis, worker, engine), SQL and HTTP round trips (ARGS="--top 12")
+	$(BIN)/python -m bench.op_cost $(ARGS)
 
 bench-failover: setup ## time from kill -9 to the next completion; snapshots on vs off
 	$(BIN)/python -m bench.failover_bench

@@ -29,6 +29,7 @@ ALONE = (
     "wire_bench",
     "usage_report_bench",  # PostgreSQL (DATABASE_URL)
     "failover_bench",  # kills workers: a stack of its own
+    "op_cost",  # PostgreSQL and Redis servers of its own (pg_stat_statements)
 )
 # then these in this process, on one stack they share (bench/stacks.py)
 ON_ONE_STACK = ("overhead_bench", "recorded_bench", "load_bench", "scheduler_bench", "soak_bench")

@@ -63,6 +63,15 @@ ENGINE_CALL_OPERATIONS = Histogram(
     ["kind"],
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
+ENGINE_CPU_SECONDS = Counter(
+    "loopwright_worker_engine_cpu_seconds",
+    "CPU time of this worker process (all its threads) inside engine calls, by engine method: "
+    "the rest of the process's CPU time is the worker's own (claims, completions, the broker)",
+    ["call"],
+)
+ENGINE_CALLS = Counter(
+    "loopwright_worker_engine_calls", "Engine calls this worker made, by engine method", ["call"]
+)
 ADAPTERS_HELD = Gauge(
     "loopwright_worker_adapters_held",
     "LoRA adapters (training models) this worker holds, loaded or spilled to disk",

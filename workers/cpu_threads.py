@@ -14,9 +14,11 @@ from contextlib import contextmanager
 
 import torch
 
-SMALL_WORK = 5e7
-"""tokens × base-model parameters under which one thread was as fast as two (a ~1M-parameter
-model: about 50 tokens; SmolLM2-135M: never)."""
+SMALL_WORK = 1e9
+"""tokens × base-model parameters under which one thread is faster than two: a ~1M-parameter
+model's calls up to about 1,200 tokens (8 sessions' packed forward_backward of 32 or 128 tokens
+each took 80 against 120 ms and 47 against 64 ms on one and two threads, on two cores that the
+control plane and the database share); SmolLM2-135M's up to 7 tokens."""
 
 
 def threads_for(tokens: int, parameters: int, usual: int) -> int:

@@ -154,11 +154,10 @@ class Pass:
         on_tokens = token_publisher.sink(
             [op.pk for op in runnable], [op.payload for op in runnable]
         )
-        # On a sharded base every rank samples: through the group (the engine); else the host.
-        engine = ctx.engine if ctx.engine.sharded_base else ctx.host
+        # Through the engine: on a sharded base every rank samples, else the host alone.
         with ctx.threads(tokens):
             ran = run_samples(
-                engine,
+                ctx.engine,
                 [(op.payload, op.plan) for op in runnable],
                 ctx.samplers(),
                 [ctx.vault(op.tenant_id) for op in runnable],

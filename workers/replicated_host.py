@@ -38,6 +38,7 @@ from .engine.distributed import DataParallel
 from .engine.errors import CheckpointError, InvalidInput, UnknownAdapter
 from .engine.host import ModelHost
 from .engine.sampler import SampleJob, Sampler, SampleResult, TokenSink
+from .engine_cpu import engine_call
 from .executor import NotNow
 
 # Errors that are the request's, agreed on by every rank: the group is fine.
@@ -94,29 +95,37 @@ class ReplicatedHost:
 
     # -- the Engine interface ----------------------------------------------------------------
     # Routed through the group for a data-parallel model: the calls that change its state.
+    @engine_call
     def create_adapter(self, model_id: str, lora: AdapterConfig, /) -> None:
         self._route(model_id, "create_adapter", model_id, lora)
 
+    @engine_call
     def remove_adapter(self, model_id: str, /) -> None:
         self._route(model_id, "remove_adapter", model_id)
 
+    @engine_call
     def forward(self, model_id: str | None, fwd: ForwardBackwardInput, /) -> ForwardBackwardOutput:
         return self._route(model_id, "forward", model_id, fwd)
 
+    @engine_call
     def forward_backward(
         self, model_id: str, fwd: ForwardBackwardInput, /
     ) -> ForwardBackwardOutput:
         return self._route(model_id, "forward_backward", model_id, fwd)
 
+    @engine_call
     def optim_step(self, model_id: str, step: OptimParams, /) -> OptimStepResponse:
         return self._route(model_id, "optim_step", model_id, step)
 
+    @engine_call
     def load_state(self, model_id: str, directory: Path, /, *, optimizer: bool) -> CheckpointMeta:
         return self._route(model_id, "load_state", model_id, directory, optimizer=optimizer)
 
+    @engine_call
     def restore(self, model_id: str, directory: Path, /) -> CheckpointMeta:
         return self._route(model_id, "restore", model_id, directory)
 
+    @engine_call
     def sample_many(
         self,
         requests: Sequence[tuple[str | None, Sequence[SampleJob]]],
@@ -129,6 +138,7 @@ class ReplicatedHost:
             return self.host.sample_many(requests, on_tokens)
         return self._route(None, "sample_many", requests, on_tokens)
 
+    @engine_call
     def sample(
         self, model_id: str | None, jobs: Sequence[SampleJob], on_tokens: TokenSink | None = None
     ) -> list[SampleResult]:
@@ -137,6 +147,7 @@ class ReplicatedHost:
             raise results
         return results
 
+    @engine_call
     def load_adapter_from(self, model_id: str, directory: Path, /) -> CheckpointMeta:
         if not self.sharded_base:
             return self.host.load_adapter_from(model_id, directory)
@@ -147,31 +158,38 @@ class ReplicatedHost:
     def sampler(self) -> Sampler:
         return self.host.sampler
 
+    @engine_call
     def has_adapter(self, model_id: str, /) -> bool:
         return self.host.has_adapter(model_id)
 
+    @engine_call
     def has_pending_gradients(self, model_id: str, /) -> bool:
         return self.host.has_pending_gradients(model_id)
 
+    @engine_call
     def save_state(
         self, model_id: str, directory: Path, /, *, optimizer: bool = True
     ) -> CheckpointMeta:
         return self.host.save_state(model_id, directory, optimizer=optimizer)
 
+    @engine_call
     def export_merged(self, model_id: str, directory: Path, /) -> Path:
         return self.host.export_merged(model_id, directory)
 
     # Packed calls of many sessions: never a data-parallel model (the pass runs those alone).
+    @engine_call
     def forward_many(
         self, requests: Sequence[tuple[str | None, ForwardBackwardInput]], /
     ) -> list[ForwardBackwardOutput | Exception]:
         return self.host.forward_many(self._local(requests))
 
+    @engine_call
     def forward_backward_many(
         self, requests: Sequence[tuple[str, ForwardBackwardInput]], /
     ) -> list[ForwardBackwardOutput | Exception]:
         return self.host.forward_backward_many(self._local(requests))
 
+    @engine_call
     def optim_step_many(
         self, requests: Sequence[tuple[str, OptimParams]], /
     ) -> list[OptimStepResponse | Exception]:

@@ -11,6 +11,12 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
+# Read once, when torch's OpenMP runtime loads (below: base_fit imports torch). Between parallel
+# regions torch's idle CPU threads sleep instead of spinning: a CPU worker shares its cores with
+# the control plane and the database, which the spinning took (bench/README.md, "Operation
+# cost": 129 against 26 ms of CPU per small forward_backward of 8 sessions packed on 2 cores).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from .base_fit import parse_memory
 from .settings import WorkerSettings
 

@@ -154,6 +154,8 @@ def wait_finished(op: Operation, deadline: float, waiter: Waiter | None = None) 
     ``waiter``: from ``listening``, entered before the operation was inserted (and released by
     its owner); without one, it listens for the wait's length.
     """
+    if op.status in Operation.FINISHED:
+        return op  # finished as read: no listening, no second look at the row
     if not available():
         return _wait_polling(op, deadline)
     if waiter is not None:

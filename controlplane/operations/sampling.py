@@ -5,6 +5,7 @@ the base model), submit samples (idempotent by the sampler's ``seq_id`` or an
 from __future__ import annotations
 
 from django.db import transaction
+from django.utils import timezone
 
 from controlplane import dispatch
 from controlplane.budgets.admission import admit
@@ -32,7 +33,14 @@ from controlplane.training_sessions.services.checkpoint_plans import opening, st
 from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
 
-from .admission import create_op, digest, existing_or_conflict, require_open, require_ready
+from .admission import (
+    TOUCH_SECONDS,
+    create_op,
+    digest,
+    existing_or_conflict,
+    require_open,
+    require_ready,
+)
 
 
 @transaction.atomic
@@ -266,7 +274,9 @@ def sample_submit(
     )
     if payload.get("record_stability_info"):
         recordings_quota_check(tenant=tenant)
-    session_touch(sampler.session)
+    beat = sampler.session.last_heartbeat_at  # a sign of life, written as a step's is
+    if beat is None or (timezone.now() - beat).total_seconds() > TOUCH_SECONDS:
+        session_touch(sampler.session)
     fields = dict(
         tenant=tenant,
         session=sampler.session,

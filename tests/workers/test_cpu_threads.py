@@ -15,7 +15,8 @@ def test_threads_for_the_work() -> None:
     tiny, smollm2 = 792_448, 134_515_008
     assert threads_for(10, tiny, 4) == 1
     assert threads_for(int(SMALL_WORK // tiny) + 1, tiny, 4) == 4
-    assert threads_for(1, smollm2, 4) == 4
+    assert threads_for(7, smollm2, 4) == 1
+    assert threads_for(8, smollm2, 4) == 4
 
 
 def test_the_block_runs_with_the_count_and_restores_it() -> None:
@@ -55,7 +56,7 @@ def test_a_small_operation_runs_on_one_thread(alice, runtime, monkeypatch) -> No
     mid = create_model(alice, runtime, open_session(alice))
     small = alice.post("forward_backward", fwdbwd(mid, 1, [datum([1, 2, 3])])).json()
     assert "metrics" in result(alice, runtime, small)
-    big = [datum(list(range(1, 255)) * 3)]  # 762 tokens × ~0.8M parameters: over the line
+    big = [datum(list(range(1, 255)) * 3)] * 2  # 1,524 tokens × ~0.8M parameters: over the line
     large = alice.post("forward_backward", fwdbwd(mid, 2, big)).json()
     assert "metrics" in result(alice, runtime, large)
     assert seen == [1, usual]

@@ -364,3 +364,20 @@ def test_what_the_completion_finds_waiting_is_run_in_the_same_drain(
     assert runtime.drain() == 2  # one drain: the look after seq 3 found seq 4
     ops = Operation.objects.filter(model_id=model_id, kind="forward_backward")
     assert sorted(ops.values_list("status", flat=True)) == ["done"] * 4
+
+
+def test_a_finished_future_is_read_once(postgres, alice, charlie, runtime) -> None:
+    """retrieve_future of an operation that has finished answers from the row its lookup read:
+    no second look at it, no wait for a notice; the answer is the stored result."""
+    model_id = create_model(alice, runtime, open_session(alice))
+    r = alice.post("forward_backward", fwdbwd(model_id, 1, [datum([1, 2, 3])]))
+    request_id = r.json()["request_id"]
+    runtime.drain()
+    stored = Operation.objects.get(pk=request_id)
+    with CaptureQueriesContext(connection) as queries:
+        answer = alice.post("retrieve_future", {"request_id": request_id})
+    assert answer.status_code == 200, answer.content
+    assert answer.json() == {k: v for k, v in stored.result.items() if not k.startswith("_")}
+    reads = [q["sql"] for q in queries if 'FROM "training_sessions_operation"' in q["sql"]]
+    assert len(reads) == 1, reads
+    assert charlie.post("retrieve_future", {"request_id": request_id}).status_code == 404
