@@ -13,9 +13,8 @@ from django.utils import timezone
 
 from controlplane.operations.admission import TOUCH_SECONDS
 from controlplane.training_sessions.models import Session
-
-from .conftest import TINY
-from .wire import open_session
+from tests.support.tiny_worker import TINY
+from tests.support.wire import open_session
 
 pytestmark = pytest.mark.django_db
 
