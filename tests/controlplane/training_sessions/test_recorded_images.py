@@ -20,9 +20,9 @@ from controlplane.kms.models import KmsKey
 from controlplane.training_sessions.models import RecordedSample
 from controlplane.training_sessions.services.recorded_images import IMAGE_POSITION, image_digest
 from controlplane.training_sessions.services.recordings import recordings_read
+from tests.support.tiny_worker import vlm_runtime
 from tests.support.wire import open_session, result
 from workers.engine.catalog import TINY_VLM, ModelCatalog
-from workers.engine.host import HostConfig, ModelHost
 
 pytestmark = pytest.mark.django_db
 
@@ -62,20 +62,7 @@ def vlm_catalog(tmp_path_factory) -> ModelCatalog:
 @pytest.fixture
 def runtime(db, vlm_catalog, tmp_path):
     """A worker runtime serving the tiny LLaVA (registering its 16 tokens per image)."""
-    from workers.runtime import WorkerRuntime, WorkerSettings
-
-    host = ModelHost(TINY_VLM, HostConfig(spill_dir=tmp_path / "spill"), vlm_catalog)
-    return WorkerRuntime(
-        WorkerSettings(
-            name="vlm0",
-            base_model=TINY_VLM,
-            capacity=4,
-            snapshot_every_steps=0,
-            snapshot_every_seconds=0,
-        ),
-        host=host,
-        heartbeat=False,
-    )
+    return vlm_runtime(vlm_catalog, tmp_path / "spill")
 
 
 class VlmRun:
