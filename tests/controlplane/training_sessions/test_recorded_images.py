@@ -2,7 +2,8 @@
 the recording keeps the images sealed with the tenant's KMS key (the stored row holds no clear
 image bytes, and counts the sealed images in its size), a ``stable_reinforce`` request citing it
 is checked against the recorded prompt's images (the same image passes, another one is the
-mismatch a token gives), and another tenant gets the 404 an unknown sequence gets."""
+mismatch a token gives), another tenant gets the 404 an unknown sequence gets, and a key that
+cannot seal leaves the sample answered but unrecorded."""
 
 from __future__ import annotations
 
@@ -235,3 +236,33 @@ def test_stable_reinforce_checks_the_recorded_image(alice, charlie, runtime) -> 
     r = charlies.submit([datum_of(seqs[0], RED)])
     assert r.status_code == 404, r.content
     assert "not a recorded sequence of this session" in r.json()["detail"]
+
+
+def test_images_its_key_cannot_seal_leave_the_sample_unrecorded(alice, runtime) -> None:
+    """The account's key is disabled when the sample completes: the sample still answers, and
+    nothing is recorded (its images are never stored unsealed)."""
+    from controlplane.kms.services import default_key_for, key_disable
+
+    r = alice.post(
+        "create_sampling_session",
+        {"session_id": open_session(alice), "sampling_session_seq_id": 0, "base_model": TINY_VLM},
+    )
+    assert r.status_code == 200, r.content
+    r = alice.post(
+        "asample",
+        {
+            "sampling_session_id": r.json()["sampling_session_id"],
+            "seq_id": 1,
+            "num_samples": 1,
+            "prompt": {"chunks": chunks(RED, AFTER)},
+            "sampling_params": {"max_tokens": SAMPLED, "seed": 5, "stop": []},
+            "record_stability_info": True,
+        },
+    )
+    assert r.status_code == 200, r.content
+    key = default_key_for(alice.tenant)
+    key_disable(tenant=alice.tenant, actor="test", key_id=key.arn)
+    out = result(alice, runtime, r.json())
+    assert "error" not in out, out
+    assert len(out["sequences"][0]["tokens"]) == SAMPLED
+    assert not RecordedSample.objects.exists()
