@@ -56,6 +56,12 @@ class Prepared:
     stops: list[str]
     id_prefix: str  # the answer's id is this and the first operation's id
     api_key: str = ""  # the caller's key prefix: its operations and usage name it
+    image_tokens: int = 0  # what the prompts' images take beyond their one rendered token each
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompts' tokens as the model takes them: each image its registered count."""
+        return sum(len(p) for p in self.prompts) + self.image_tokens
 
 
 def prepare(
@@ -81,8 +87,10 @@ def prepare(
         sample_payload(p, params, num_samples, topk_logprobs, context, prompt_param)
         for p in prompts
     ]
+    image_tokens = 0
     if images:
         token, per_image = _image_token(tokenizer, sampler.base_model, prompt_param)
+        image_tokens = sum(len(chunks) for chunks in images) * (per_image - 1)
         for k, (p, chunks) in enumerate(zip(prompts, images, strict=True)):
             payloads[k] = sample_payload(
                 p,
@@ -96,7 +104,9 @@ def prepare(
             )
     stops = [params.stop] if isinstance(params.stop, str) else list(params.stop or [])
     strings = [s for s in stops if isinstance(s, str)]
-    return Prepared(sampler, tokenizer, prompts, payloads, model, strings, id_prefix, api_key)
+    return Prepared(
+        sampler, tokenizer, prompts, payloads, model, strings, id_prefix, api_key, image_tokens
+    )
 
 
 def prepared_complete(
@@ -123,7 +133,7 @@ def completed(prepared: Prepared, ops: list[Operation]) -> Completed:
         created=int(ops[0].created_at.timestamp()),
         model=prepared.model,
         choices=choices,
-        prompt_tokens=sum(len(p) for p in prepared.prompts),
+        prompt_tokens=prepared.prompt_tokens,
         completion_tokens=sum(c.sampled_tokens for c in choices),
         tokenizer=tokenizer,
     )

@@ -39,6 +39,7 @@ __all__ = [
     "keys_purge",
     "load_sealing",
     "save_sealing",
+    "sealing_context",
     "session_key",
 ]
 
@@ -371,8 +372,13 @@ def session_key(*, tenant: Tenant, ref: str) -> KmsKey:
     return _require_enabled(key, field="kms_key_arn", doing="encrypting checkpoints")
 
 
+def sealing_context(tenant: Tenant, resource: str) -> dict[str, str]:
+    """The encryption context a blob of ``tenant``'s named ``resource`` is sealed under."""
+    return {"tenant": _account(tenant), "resource": resource}
+
+
 def _sealing(tenant: Tenant, key: KmsKey, resource: str) -> dict:
-    return {"key_arn": key.arn, "context": {"tenant": _account(tenant), "resource": resource}}
+    return {"key_arn": key.arn, "context": sealing_context(tenant, resource)}
 
 
 def save_sealing(*, tenant: Tenant, key_arn: str | None, resource: str) -> dict:

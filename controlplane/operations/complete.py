@@ -89,9 +89,11 @@ def _complete_in_one_statement(op: Operation, result: dict, now: datetime, fence
     op.status, op.result, op.finished_at = states.COMPLETE.target, result, now
     usage_ctes, usage_params = usage_write_ctes(usage_rows_for(op), gate="done")
     if recordings.records(op):  # its sequences are recorded in the same statement
-        cte, params = recordings.recording_write_cte(op, result, now, gate="done")
-        usage_ctes = f"{usage_ctes}, {cte}" if usage_ctes else cte
-        usage_params = usage_params + params
+        recording = recordings.recording_write_cte(op, result, now, gate="done")
+        if recording is not None:
+            cte, params = recording
+            usage_ctes = f"{usage_ctes}, {cte}" if usage_ctes else cte
+            usage_params = usage_params + params
     ops, models = Operation._meta.db_table, TrainingModel._meta.db_table
     fenced, fence_params = fence.sql()
     result_db = Operation._meta.get_field("result").get_db_prep_save(result, connection)

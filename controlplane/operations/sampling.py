@@ -250,12 +250,6 @@ def sample_submit(
     images.images_check(
         base_model=sampler.base_model, inputs=iter([("prompt", payload.get("prompt") or {})])
     )
-    if payload.get("record_stability_info") and images.has_images(payload.get("prompt")):
-        raise DomainError(
-            "record_stability_info: recorded sequences hold token prompts only; this prompt "
-            "holds images",
-            field="record_stability_info",
-        )
     highest = vocabulary.highest_sampled(payload)
     vocabulary.vocab_check(base_model=sampler.base_model, highest=highest, field="prompt")
     vocabulary.vocab_check(

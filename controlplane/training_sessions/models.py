@@ -356,7 +356,8 @@ class Recovery(models.Model):
 class RecordedSample(models.Model):
     """The sequences a sample request made with ``record_stability_info`` returned, kept so that
     training requests of the same session can cite them (provenance spans): its prompt once, and
-    each sequence's sampled tokens and their sampling logprobs, as little-endian arrays.
+    each sequence's sampled tokens and their sampling logprobs, as little-endian arrays. The
+    prompt's images are kept sealed with the tenant's key, never in clear.
 
     Sequence ``i`` of the request is ``<id>:<i>``. Written in the transaction that completes the
     sample; sequence ``i`` is citable until ``expiries[i]``, which each training request that
@@ -367,7 +368,9 @@ class RecordedSample(models.Model):
     id = models.CharField(primary_key=True, max_length=64)  # the sample operation's id
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="recordings")
-    prompt = models.BinaryField()  # int32 token ids
+    prompt = models.BinaryField()  # int32 token ids; -1 at each position an image takes
+    # the prompt's images, sealed with the tenant's KMS key (LWENC1); empty when it has none
+    images = models.BinaryField(default=b"")
     tokens = models.BinaryField()  # int32: every sequence's sampled tokens, one after another
     logprobs = models.BinaryField()  # float32, one per sampled token
     lengths = models.JSONField()  # sampled tokens per sequence, in order

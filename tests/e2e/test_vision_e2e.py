@@ -210,3 +210,65 @@ def test_chat_completions_take_data_uri_images(vlm_stack) -> None:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == "messages[0].content[1].image_url.url"
         assert chat(vlm_stack.keys["charlie"], name, uri).status_code == 404
+
+
+def test_a_recorded_image_sample_trains_stable_reinforce(vlm_stack) -> None:
+    """A sampler recording its samples on an image prompt; stable_reinforce cites the sequences
+    (the same image: trained; another image at its positions: 400 naming the run); charlie's
+    model citing them gets the 404 of an unknown sequence."""
+    from loopwright.types import PromptProvenanceSpan, SampledProvenanceSpan
+
+    red, blue = png((200, 0, 0)), png((0, 0, 200))
+    prompt_length = 2 + PER_IMAGE + 1
+
+    def cited(image: bytes, seq) -> Datum:
+        sampled = list(seq.tokens)
+        ob = prompt_length - 1
+        return Datum(
+            model_input=with_image([1, 2], image, [3, *sampled[:-1]]),
+            loss_fn_inputs={
+                "target_tokens": [0] * ob + sampled,
+                "logprobs": [0.0] * ob + [-9.0] * len(sampled),
+                "advantages": [0.0] * ob + [1.0] * len(sampled),
+            },
+        ).with_provenance(
+            model_input=[
+                PromptProvenanceSpan(sequence_id=seq.sequence_id, length=prompt_length),
+                SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(sampled) - 1),
+            ],
+            loss_fn_inputs=[
+                PromptProvenanceSpan(sequence_id=seq.sequence_id, offset=1, length=ob),
+                SampledProvenanceSpan(sequence_id=seq.sequence_id, length=len(sampled)),
+            ],
+        )
+
+    alice = vlm_stack.keys["alice"]
+    role = vlm_stack.roles["alice"]
+    with ServiceClient(base_url=vlm_stack.url, api_key=alice, role_arn=role) as sc:
+        trainer = sc.create_lora_training_client(TINY_VLM, rank=4, seed=3)
+        sampler = trainer.save_weights_and_get_sampling_client(record_stability_info=True)
+        out = sampler.sample(
+            with_image([1, 2], red, [3]),
+            num_samples=2,
+            sampling_params=SamplingParams(max_tokens=4, seed=1),
+        ).result(timeout=120)
+        seqs = out.sequences
+        assert all(s.sequence_id for s in seqs)
+        done = trainer.forward_backward(
+            [cited(red, s) for s in seqs], loss_fn="stable_reinforce"
+        ).result(timeout=120)
+        assert math.isfinite(done.metrics["loss:sum"])
+        with pytest.raises(BadRequestError, match="the image sent is not the recorded image"):
+            trainer.forward_backward(
+                [cited(red, seqs[0]), cited(blue, seqs[1])], loss_fn="stable_reinforce"
+            ).result(timeout=60)
+
+    charlie = vlm_stack.keys["charlie"]
+    with ServiceClient(
+        base_url=vlm_stack.url, api_key=charlie, role_arn=vlm_stack.roles["charlie"]
+    ) as other:
+        theirs = other.create_lora_training_client(TINY_VLM, rank=4, seed=3)
+        with pytest.raises(NotFoundError, match="not a recorded sequence"):
+            theirs.forward_backward([cited(red, seqs[0])], loss_fn="stable_reinforce").result(
+                timeout=60
+            )

@@ -117,6 +117,26 @@ def test_provenance_travels_with_the_datum(server: FakeServer, service: ServiceC
     }
 
 
+def test_provenance_counts_an_image_by_its_expected_tokens() -> None:
+    from loopwright.types import EncodedTextChunk, ImageChunk, PromptProvenanceSpan
+
+    def with_image(**declared) -> Datum:
+        chunks = [
+            EncodedTextChunk(tokens=[1]),
+            ImageChunk(data=b"\x89PNG", format="png", **declared),
+        ]
+        return Datum(model_input=ModelInput(chunks=chunks), loss_fn_inputs={"target_tokens": [0]})
+
+    spans = [PromptProvenanceSpan(sequence_id="r:0", length=1 + 16)]
+    targets = [PromptProvenanceSpan(sequence_id="r:0", length=1)]
+    datum = with_image(expected_tokens=16).with_provenance(spans, targets)
+    assert datum.model_input_spans == spans
+    with pytest.raises(ValueError, match="must tile it exactly"):
+        with_image(expected_tokens=15).with_provenance(spans, targets)
+    with pytest.raises(ValueError, match="needs expected_tokens"):
+        with_image().with_provenance(spans, targets)
+
+
 def test_stable_reinforce_is_sent_with_its_inputs(
     server: FakeServer, service: ServiceClient
 ) -> None:

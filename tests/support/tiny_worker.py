@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.engine.catalog import TINY_MODEL, ModelCatalog
+from workers.engine.catalog import TINY_MODEL, TINY_VLM, ModelCatalog
 from workers.engine.host import HostConfig, ModelHost
 
 TINY = TINY_MODEL
@@ -23,15 +23,24 @@ def tiny_hosts(cache_dir: Path, spill_dir: Callable[[], Path]) -> Callable[[], M
     return make
 
 
-def tiny_runtime(host: ModelHost, *, capacity: int = 4):
-    """A worker runtime named ``test0`` on ``host`` with room for ``capacity`` models, with no
-    heartbeat and no snapshots but those a test asks for."""
+def vlm_runtime(catalog: ModelCatalog, spill_dir: Path, *, capacity: int = 4):
+    """A worker runtime named ``vlm0`` serving the tiny LLaVA (16 image tokens per image) from
+    ``catalog``, which has it materialized; as ``tiny_runtime`` otherwise."""
+    host = ModelHost(TINY_VLM, HostConfig(spill_dir=spill_dir), catalog)
+    return tiny_runtime(host, capacity=capacity, name="vlm0", base_model=TINY_VLM)
+
+
+def tiny_runtime(
+    host: ModelHost, *, capacity: int = 4, name: str = "test0", base_model: str = TINY
+):
+    """A worker runtime named ``name`` on ``host`` (of ``base_model``) with room for
+    ``capacity`` models, with no heartbeat and no snapshots but those a test asks for."""
     from workers.runtime import WorkerRuntime, WorkerSettings
 
     return WorkerRuntime(
         WorkerSettings(
-            name="test0",
-            base_model=TINY,
+            name=name,
+            base_model=base_model,
             capacity=capacity,
             snapshot_every_steps=0,
             snapshot_every_seconds=0,

@@ -15,7 +15,7 @@ replay after a failover reads back as it was.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from django.utils import timezone
@@ -24,6 +24,8 @@ from controlplane.errors import DomainError, NotFound
 from controlplane.tenants.models import Tenant
 
 from ..models import TrainingModel
+from . import images as image_checks
+from .recorded_images import RecordedImage, image_digest, is_image
 from .recordings import Recorded, recordings_read, recordings_touch
 
 __all__ = ["RECORDED_KEY", "provenance_resolve"]
@@ -34,6 +36,9 @@ RECORDED_KEY = "recorded"
 NEEDS_PROVENANCE = frozenset({"stable_reinforce"})
 MAX_CITED = 4096
 """Most distinct sequences one request may cite (the SDKs send at most 1,024 datums)."""
+_IMAGE_STRIDE = 1 << 24
+"""Image positions compare as ``-(image id * stride + position in the image + 1)``: equal
+exactly when the same image's same position (an image takes far fewer positions)."""
 
 
 class UnknownSequence(NotFound):
@@ -70,39 +75,101 @@ def provenance_resolve(*, tenant: Tenant, model_id: object, kind: str, payload: 
         )
     if not cited:
         return payload
-    session_id = (
+    owner = (
         TrainingModel.objects.filter(tenant=tenant, id=model_id)
-        .values_list("session_id", flat=True)
+        .values_list("session_id", "base_model")
         .first()
     )
-    if session_id is None:
+    if owner is None:
         return payload  # the submit answers 404 for the model itself
+    session_id, base_model = owner
+    # images checked (and their token counts written in) before their positions are counted
+    image_checks.images_check(
+        base_model=base_model,
+        inputs=((f"{key}.data[{i}].model_input", data[i]["model_input"]) for i in cited),
+    )
     now = timezone.now()
-    datums = [_datum(f"{key}.data[{i}]", data[i]) for i in cited]
-    ids = {s["sequence_id"] for d in datums for s in (*d.model_input_spans, *d.loss_fn_input_spans)}
-    if len(ids) > MAX_CITED:
+    ids: dict[bytes, int] = {}  # image digest → the id its positions compare by
+    datums = [_datum(f"{key}.data[{i}]", data[i], ids) for i in cited]
+    sequences = {
+        s["sequence_id"] for d in datums for s in (*d.model_input_spans, *d.loss_fn_input_spans)
+    }
+    if len(sequences) > MAX_CITED:
         raise DomainError(
-            f"{key}.data: the datums cite {len(ids)} sequences; at most {MAX_CITED} per request",
+            f"{key}.data: the datums cite {len(sequences)} sequences; at most {MAX_CITED} per "
+            "request",
             field=f"{key}.data",
         )
-    found = recordings_read(tenant=tenant, session_id=session_id, sequence_ids=ids, now=now)
+    found = _with_image_ids(
+        recordings_read(
+            tenant=tenant,
+            session_id=session_id,
+            sequence_ids=sequences,
+            now=now,
+            field=f"{key}.data",
+        ),
+        ids,
+    )
     recorded = []
     for datum in datums:
         _check_inputs(datum, found)
         recorded.append(_check_targets(datum, found))
-    recordings_touch(tenant=tenant, sequence_ids=ids, now=now)
+    recordings_touch(tenant=tenant, sequence_ids=sequences, now=now)
     if loss_fn not in NEEDS_PROVENANCE:
         return payload
     return {**payload, RECORDED_KEY: {"datums": recorded}}
 
 
-def _datum(at: str, datum: dict) -> _Datum:
-    tokens = [t for chunk in datum["model_input"]["chunks"] for t in chunk["tokens"]]
+def _image_run(image_id: int, length: int) -> np.ndarray:
+    return -(image_id * _IMAGE_STRIDE + np.arange(length, dtype=np.int64) + 1)
+
+
+def _image_id(ids: dict[bytes, int], digest: bytes) -> int:
+    return ids.setdefault(digest, len(ids) + 1)
+
+
+def _positions(chunks: list[dict], ids: dict[bytes, int]) -> np.ndarray:
+    """A model input's positions: token ids, and each image's positions by its id."""
+    runs = [
+        _image_run(_image_id(ids, image_digest(c)), int(c.get("expected_tokens") or 0))
+        if is_image(c)
+        else np.asarray(c["tokens"], np.int64)
+        for c in chunks
+    ]
+    return np.concatenate(runs) if runs else np.zeros(0, np.int64)
+
+
+def _prompt_positions(
+    prompt: np.ndarray, images: tuple[RecordedImage, ...], ids: dict[bytes, int]
+) -> np.ndarray:
+    positions = prompt.astype(np.int64)
+    for image in images:
+        run = _image_run(_image_id(ids, image.digest), image.length)
+        positions[image.offset : image.offset + image.length] = run
+    return positions
+
+
+def _with_image_ids(found: dict[str, Recorded], ids: dict[bytes, int]) -> dict[str, Recorded]:
+    """The recordings, their prompts' image positions by the ids the datums' images took."""
+    prompts: dict[int, np.ndarray] = {}  # one per recording (its sequences share the array)
+    out = {}
+    for sequence_id, rec in found.items():
+        if not rec.images:
+            out[sequence_id] = rec
+            continue
+        if id(rec.prompt) not in prompts:
+            prompts[id(rec.prompt)] = _prompt_positions(rec.prompt, rec.images, ids)
+        out[sequence_id] = replace(rec, prompt=prompts[id(rec.prompt)])
+    return out
+
+
+def _datum(at: str, datum: dict, ids: dict[bytes, int]) -> _Datum:
+    tokens = _positions(datum["model_input"]["chunks"], ids)
     targets = datum["loss_fn_inputs"]["target_tokens"]["data"]
     return _Datum(
         at,
         datum,
-        np.asarray(tokens, np.int64),
+        tokens,
         np.asarray(targets, np.int64),
         datum["model_input_spans"],
         datum["loss_fn_input_spans"],
@@ -143,7 +210,14 @@ def _mismatch(sent: np.ndarray, recorded: np.ndarray, start: int) -> str | None:
     if not differs.size:
         return None
     k = int(differs[0])
-    return f"position {start + k}: {int(sent[k])} sent, {int(recorded[k])} recorded"
+    a, b = int(sent[k]), int(recorded[k])
+    if a < 0 and b < 0:
+        return f"position {start + k}: the image sent is not the recorded image"
+    return f"position {start + k}: {_what(a)} sent, {_what(b)} recorded"
+
+
+def _what(position: int) -> str:
+    return "an image" if position < 0 else str(position)
 
 
 def _check_inputs(datum: _Datum, found: dict[str, Recorded]) -> None:

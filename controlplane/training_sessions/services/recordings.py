@@ -3,7 +3,9 @@ requests cite in their provenance spans.
 
 A sample request made with the option is recorded when it completes, in the same transaction (or
 statement) as its result: one ``RecordedSample`` row holding its prompt once and each sequence's
-sampled tokens and logprobs. A recording belongs to the session that sampled it; it is citable
+sampled tokens and logprobs. A prompt's images are kept sealed with the tenant's KMS key
+(``recorded_images``), never in clear; the prompt holds ``IMAGE_POSITION`` at each position an
+image takes, and the sealed images count in the row's ``size_bytes``. A recording belongs to the session that sampled it; it is citable
 for ``RECORDED_SEQUENCE_SECONDS`` (a day) after it was made or last cited, and bounded per tenant
 by the ``recorded_bytes`` quota, checked when a recorded sample is submitted. It is deleted when
 its session ends, and by the janitor once expired.
@@ -11,7 +13,8 @@ its session ends, and by the janitor once expired.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -20,11 +23,20 @@ from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from controlplane.errors import QuotaExceeded
+from controlplane.errors import DomainError, QuotaExceeded
+from controlplane.kms.keyring import KmsError
 from controlplane.quotas.limits import limits_for
 from controlplane.tenants.models import Tenant
 
 from ..models import Operation, RecordedSample, Session
+from .recorded_images import (
+    RecordedImage,
+    prompt_layout,
+    recorded_images_open,
+    recorded_images_seal,
+)
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Recorded",
@@ -44,6 +56,7 @@ _COLUMNS = (
     "tenant",
     "session",
     "prompt",
+    "images",
     "tokens",
     "logprobs",
     "lengths",
@@ -54,11 +67,13 @@ _COLUMNS = (
 
 @dataclass(frozen=True)
 class Recorded:
-    """One recorded sequence: its request's prompt, its sampled tokens and their logprobs."""
+    """One recorded sequence: its request's prompt (``IMAGE_POSITION`` where an image is), its
+    sampled tokens and their logprobs, and the prompt's images."""
 
     prompt: np.ndarray  # int32
     tokens: np.ndarray  # int32
     logprobs: np.ndarray  # float32
+    images: tuple[RecordedImage, ...] = field(default=())
 
 
 def records(op: Operation) -> bool:
@@ -72,9 +87,23 @@ def _lifetime() -> timedelta:
     return timedelta(seconds=settings.RECORDED_SEQUENCE_SECONDS)
 
 
-def recording_fields(op: Operation, result: dict, now: datetime) -> dict:
-    """The ``RecordedSample`` row of ``op``'s ``result`` (``records(op)`` must hold)."""
-    prompt = [t for chunk in op.payload["prompt"]["chunks"] for t in chunk["tokens"]]
+def recording_fields(op: Operation, result: dict, now: datetime) -> dict | None:
+    """The ``RecordedSample`` row of ``op``'s ``result`` (``records(op)`` must hold); None when
+    its prompt's images cannot be sealed (the key is not Enabled, or KMS failed): then the
+    sample completes unrecorded, and citing it is refused as citing any unrecorded sequence."""
+    prompt, images = prompt_layout(op.payload["prompt"]["chunks"])
+    sealed = b""
+    if images:
+        try:
+            sealed = recorded_images_seal(
+                tenant=op.tenant,
+                key_arn=op.session.platform.get("kms_key_arn"),
+                recording_id=op.pk,
+                images=images,
+            )
+        except (DomainError, KmsError) as exc:
+            log.warning("recording %s not kept: its images could not be sealed: %s", op.pk, exc)
+            return None
     sequences = result.get("sequences") or []
     tokens = [t for s in sequences for t in s["tokens"]]
     logprobs = [lp for s in sequences for lp in (s.get("logprobs") or [0.0] * len(s["tokens"]))]
@@ -83,6 +112,7 @@ def recording_fields(op: Operation, result: dict, now: datetime) -> dict:
         "tenant_id": op.tenant_id,
         "session_id": op.session_id,
         "prompt": np.asarray(prompt, "<i4").tobytes(),
+        "images": sealed,
         "tokens": np.asarray(tokens, "<i4").tobytes(),
         "logprobs": np.asarray(logprobs, "<f4").tobytes(),
         "lengths": [len(s["tokens"]) for s in sequences],
@@ -90,7 +120,9 @@ def recording_fields(op: Operation, result: dict, now: datetime) -> dict:
         "expiries": [(now + _lifetime()).timestamp()] * len(sequences),
         "expires_at": now + _lifetime(),
     }
-    fields["size_bytes"] = len(fields["prompt"]) + len(fields["tokens"]) + len(fields["logprobs"])
+    fields["size_bytes"] = sum(
+        len(fields[name]) for name in ("prompt", "images", "tokens", "logprobs")
+    )
     return fields
 
 
@@ -98,15 +130,20 @@ def recording_insert(op: Operation, result: dict, now: datetime) -> None:
     """Record ``op``'s sequences (inside the transaction that completes it); a second completion
     of the same operation records nothing more."""
     fields = recording_fields(op, result, now)
+    if fields is None:
+        return
     RecordedSample.objects.get_or_create(id=fields.pop("id"), defaults=fields)
 
 
 def recording_write_cte(
     op: Operation, result: dict, now: datetime, *, gate: str
-) -> tuple[str, list]:
+) -> tuple[str, list] | None:
     """What ``recording_insert`` does, as a common table expression of one PostgreSQL statement
-    that inserts the row only if the expression named ``gate`` returned one."""
+    that inserts the row only if the expression named ``gate`` returned one (None: nothing to
+    insert)."""
     fields = recording_fields(op, result, now)
+    if fields is None:
+        return None
     table = connection.ops.quote_name(RecordedSample._meta.db_table)
     names = (*_COLUMNS, "created_at", "expires_at")
     model_fields = [RecordedSample._meta.get_field(n) for n in names]
@@ -155,16 +192,20 @@ def _parsed(sequence_ids: set[str]) -> dict[str, set[int]]:
 
 
 def recordings_read(
-    *, tenant: Tenant, session_id: str, sequence_ids: set[str], now: datetime
+    *, tenant: Tenant, session_id: str, sequence_ids: set[str], now: datetime, field: str
 ) -> dict[str, Recorded]:
     """The live recorded sequences of ``session_id`` among ``sequence_ids``; an id that is
-    another session's, unrecorded, expired or malformed is simply absent."""
+    another session's, unrecorded, expired or malformed is simply absent. A recording whose
+    sealed images its key no longer opens is a 400 naming ``field``."""
     wanted = _parsed(sequence_ids)
     rows = RecordedSample.objects.filter(
         tenant=tenant, session_id=session_id, id__in=list(wanted), expires_at__gt=now
-    ).only("id", "prompt", "tokens", "logprobs", "lengths", "expiries")
+    ).only("id", "prompt", "images", "tokens", "logprobs", "lengths", "expiries")
     found: dict[str, Recorded] = {}
     for row in rows:
+        images = recorded_images_open(
+            tenant=tenant, recording_id=row.id, sealed=bytes(row.images), field=field
+        )
         prompt = np.frombuffer(bytes(row.prompt), "<i4")
         tokens = np.frombuffer(bytes(row.tokens), "<i4")
         logprobs = np.frombuffer(bytes(row.logprobs), "<f4")
@@ -172,7 +213,7 @@ def recordings_read(
         for i in wanted[row.id]:
             if i < len(row.lengths) and row.expiries[i] > now.timestamp():
                 cut = slice(starts[i], starts[i + 1])
-                found[f"{row.id}:{i}"] = Recorded(prompt, tokens[cut], logprobs[cut])
+                found[f"{row.id}:{i}"] = Recorded(prompt, tokens[cut], logprobs[cut], images)
     return found
 
 

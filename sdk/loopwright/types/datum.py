@@ -19,7 +19,7 @@ from pydantic import (
 )
 
 from ._base import RequestModel
-from .chunks import EncodedTextChunk
+from .chunks import EncodedTextChunk, ImageChunk
 from .model_input import ModelInput
 from .provenance import ProvenanceSpans
 from .tensor_data import TensorData, TensorDtype, dtype_for_numpy
@@ -77,8 +77,11 @@ class Datum(RequestModel):
             )
         if self.model_input_spans is None or self.loss_fn_input_spans is None:
             return self
-        if not all(isinstance(c, EncodedTextChunk) for c in self.model_input.chunks):
-            raise ValueError("provenance needs a model_input of token chunks (encoded_text) only")
+        if not all(isinstance(c, EncodedTextChunk | ImageChunk) for c in self.model_input.chunks):
+            raise ValueError(
+                "provenance needs a model_input of token and inline image chunks only (each "
+                "image with its expected_tokens, the positions it takes)"
+            )
         _check_tiling("model_input_spans", self.model_input_spans, self.model_input.length)
         targets = self.loss_fn_inputs.get("target_tokens")
         if targets is None:

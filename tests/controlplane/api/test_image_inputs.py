@@ -101,23 +101,3 @@ def test_the_registered_count_is_written_into_an_image_without_one(alice, model)
     op = Operation.objects.get(id=r.json()["request_id"])
     chunk = op.payload["forward_backward_input"]["data"][0]["model_input"]["chunks"][1]
     assert chunk["expected_tokens"] == 16
-
-
-def test_a_recorded_sample_cannot_hold_images(alice, runtime, model) -> None:
-    from tests.support.wire import result
-
-    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
-    saved = alice.post(
-        "save_weights_for_sampler", {"model_id": model, "seq_id": 1, "sampling_session_seq_id": 0}
-    ).json()
-    sampler = result(alice, runtime, saved)["sampling_session_id"]
-    prompt = {"chunks": [{"type": "image", "data": png(), "format": "png"}]}
-    body = {
-        "sampling_session_id": sampler,
-        "seq_id": 1,
-        "num_samples": 1,
-        "prompt": prompt,
-        "sampling_params": {"max_tokens": 1},
-        "record_stability_info": True,
-    }
-    assert "images" in refused(alice.post("asample", body), "record_stability_info")
