@@ -255,6 +255,7 @@ class WorkerRuntime:
             threads=self.runner.threads,
             vault=self.vault,
             replicated=self.replicated,
+            ready=self.restorer.ready,
             held=self.restorer.held,
             restore=self.restorer.restore,
             train=self.runner.train,
