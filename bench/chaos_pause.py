@@ -2,7 +2,8 @@
 are killed. Each loop must end as an uninterrupted run of it ends (the same adapter and AdamW
 state bit for bit, the same sampled tokens) and be billed once (the same tokens per meter); the
 longest pause each loop saw (between two of its consecutive completed operations) is printed
-against a 15 s target, never asserted.
+against a 15 s target, never asserted. ``bench.failover_bench`` runs it as its third part;
+alone: ``python -m bench.chaos_pause [--quick] [--lease SECONDS]``.
 
 The loop is the fault tests' seeded loop (``tests/e2e/seeded_loop.py``): forward_backward of
 16 × 96 tokens, optim_step, and every fourth step a state save and a seeded sample.
@@ -10,11 +11,12 @@ The loop is the fault tests' seeded loop (``tests/e2e/seeded_loop.py``): forward
 
 from __future__ import annotations
 
+import argparse
 import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -26,6 +28,8 @@ from tests.e2e.chaos import database, holder, wait_registered
 from tests.e2e.outcome import differences, state_of, usage
 from tests.e2e.seeded_loop import download_final, train_step
 from tests.e2e.stack import TINY, Stack
+
+from .report import parse_with_quick
 
 TARGET = 15.0  # seconds: the longest pause a loop may see
 TENANTS = ("alice", "charlie")
@@ -305,3 +309,22 @@ def check(outcome: Outcome) -> None:
     ]
     if wrong:
         raise SystemExit(f"chaos: loop(s) {wrong} did not end exact and billed once")
+
+
+def measure(sizes: Sizes) -> None:
+    """One run, printed; fails (``SystemExit``) unless every loop ended exact and billed once."""
+    outcome = run(sizes)
+    report(sizes, outcome)
+    check(outcome)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lease", type=float, help="the workers' lease in seconds (default: 10)")
+    args = parse_with_quick(p, argv, {})
+    sizes = QUICK if args.quick else FULL
+    measure(replace(sizes, lease=args.lease) if args.lease else sizes)
+
+
+if __name__ == "__main__":
+    main()
