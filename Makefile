@@ -69,10 +69,12 @@ fuzz: setup ## schemathesis against a live stack from its OpenAPI document (FUZZ
 openapi: setup ## write the OpenAPI 3.1 document of /api/v1 and /v1 to openapi.json
 	$(BIN)/python manage.py spectacular --format openapi-json --file openapi.json --validate --fail-on-warn
 
-# The worker's engine interface and what drives it through it, type-checked in make lint.
+# The worker's engine interface and what drives it through it (the runtime and its modules),
+# type-checked in make lint.
 TYPED = workers/engine/interface.py workers/replicated_host.py workers/engine_cpu.py workers/executor.py \
 	workers/recovery.py workers/passes.py workers/recording.py workers/group_member.py \
 	workers/lease.py workers/restoring.py workers/running.py workers/draining.py \
+	workers/runtime.py workers/heartbeat.py workers/host_loading.py workers/replication.py \
 	tests/workers/test_engine_interface.py
 
 lint: setup ## ruff, the import layers (.importlinter), mypy of the engine interface, the Dockerfiles, the compose file

@@ -8,8 +8,13 @@ what the service's automatic snapshots cost a loop that nothing happens to.
    operation completed after it (target: under 30 s).
 2. Throughput: the same loop on a worker with snapshots on (defaults) and on one with them off,
    in alternating blocks; prints steps/s of each and their ratio (target: at least 0.95).
+3. Chaos (``bench/chaos_pause.py``): six seeded loops of two tenants on three workers; two
+   workers and the control plane are killed with SIGKILL, the control plane started again.
+   Every loop must end exact and billed once; prints each loop's longest pause between two
+   completed operations (target: under 15 s). Its quick preset runs on its own
+   (``python -m bench.chaos_pause --quick``).
 
-    python -m bench.failover_bench [--kills 10] [--steps 300]
+    python -m bench.failover_bench [--kills 10] [--steps 300] [--skip PART ...]
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,6 +36,7 @@ from loopwright.types import AdamParams, Datum, ModelInput
 from tests.e2e.chaos import database, holder, wait_registered
 from tests.e2e.stack import TINY, Stack
 
+from . import chaos_pause
 from .report import parse_with_quick
 
 WORKERS = ("on", "off")
@@ -159,25 +166,32 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kills", type=int, default=10)
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per side")
-    p.add_argument("--skip", choices=["recovery", "throughput"], help="run only the other part")
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=["recovery", "throughput", "chaos"],
+        help="leave this part out (may be repeated)",
+    )
     p.add_argument("--lease", type=float, help="the workers' lease in seconds (default: 10)")
     args = parse_with_quick(p, argv, {"kills": 1, "steps": 5, "lease": 5.0})
     env = {"LOOPWRIGHT_WORKER_LEASE_SECONDS": str(args.lease)} if args.lease else {}
     lease = f"{args.lease:g} s" if args.lease else "default (10 s)"
     if args.quick:
         # one stack for both parts; throughput first, so that each worker holds one model
-        print(f"\nquick: {args.steps} steps a side, then {args.kills} kill(s), lease {lease}")
-        stack = started({"on": [], "off": OFF}, env)
-        try:
-            with client(stack) as svc:
-                on, off_rate = throughput(stack, svc, args.steps)
-                pauses = recovery(stack, svc, args.kills)
-        finally:
-            stack.stop()
-        print_throughput(on, off_rate)
-        print_recovery(pauses)
-        return
-    if args.skip != "recovery":
+        if {"recovery", "throughput"} - set(args.skip):
+            print(f"\nquick: {args.steps} steps a side, then {args.kills} kill(s), lease {lease}")
+            stack = started({"on": [], "off": OFF}, env)
+            try:
+                with client(stack) as svc:
+                    on, off_rate = throughput(stack, svc, args.steps)
+                    pauses = recovery(stack, svc, args.kills)
+            finally:
+                stack.stop()
+            print_throughput(on, off_rate)
+            print_recovery(pauses)
+        return  # the chaos part's quick preset: python -m bench.chaos_pause --quick
+    if "recovery" not in args.skip:
         print(f"\nrecovery: {args.kills} kills, lease {lease}, snapshots every 20 steps")
         stack = started({"a": [], "b": []}, env)
         try:
@@ -186,7 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             stack.stop()
         print_recovery(pauses)
-    if args.skip != "throughput":
+    if "throughput" not in args.skip:
         print(f"\nthroughput: {args.steps} steps a side, tiny model, 4 × 64 tokens a step")
         stack = started({"on": [], "off": OFF}, env)
         try:
@@ -195,6 +209,8 @@ def main(argv: list[str] | None = None) -> None:
         finally:
             stack.stop()
         print_throughput(on, off_rate)
+    if "chaos" not in args.skip:
+        chaos_pause.measure(replace(chaos_pause.FULL, lease=args.lease))
 
 
 if __name__ == "__main__":

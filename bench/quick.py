@@ -28,7 +28,8 @@ ALONE = (
     "envelope_bench",
     "wire_bench",
     "usage_report_bench",  # PostgreSQL (DATABASE_URL)
-    "failover_bench",  # kills workers: a stack of its own
+    "failover_bench",  # kills workers: a stack of its own (its chaos part: the next)
+    "chaos_pause",  # kills workers and the control plane: a stack of its own
     "op_cost",  # PostgreSQL and Redis servers of its own (pg_stat_statements)
 )
 # then these in this process, on one stack they share (bench/stacks.py)

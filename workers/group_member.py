@@ -84,7 +84,9 @@ class GroupWorker(Protocol):
     @property
     def settings(self) -> Reachable: ...
 
-    fence: port.Fence  # the lease its membership is read under
+    @property
+    def fence(self) -> port.Fence: ...  # the lease its membership is read under
+
     host: ModelHost
     engine: ReplicatedHost  # a led group is attached to it
     shard_ranks: int  # > 1: it shards its base over each group it joins

@@ -49,6 +49,7 @@ class PassContext:
     threads: Callable[[int | None], AbstractContextManager[object]]  # torch threads for tokens
     vault: Callable[[object], Vault]  # a tenant's checkpoint sealing
     replicated: Callable[[str], bool]  # whether a model trains on a replica group
+    ready: Callable[..., bool]  # whether an operation's model is here (no restore first)
     held: Callable[..., Outcome | None]  # an operation's model brought onto the host (None: ok)
     restore: Callable[[str], Outcome | None]  # a model brought back (None: done)
     train: Callable[..., Outcome]  # one training operation, alone
@@ -71,10 +72,14 @@ class Pass:
             return 0, False
         self.unfinished = dict(claimed)
         progressed, waiting = 0, None
-        for call in ctx.scheduler.plan([work_of(op) for op in claimed.values()]):
-            ops = [claimed[w.key] for w in call.items]
+        parts = [
+            part
+            for call in ctx.scheduler.plan([work_of(op) for op in claimed.values()])
+            for part in self._parts(call.kind, [claimed[w.key] for w in call.items])
+        ]
+        for kind, ops in parts:
             try:
-                ran, waiting = self._call(call.kind, ops)
+                ran, waiting = self._call(kind, ops)
             except BaseException:
                 # What this call ran is not recorded, so its models' state here no longer
                 # counts; everything claimed and not recorded is pending again once the
@@ -94,6 +99,18 @@ class Pass:
         if waiting is None:
             waiting = port.has_waiting_work(worker=ctx.worker, older_than_seconds=None)
         return progressed, not waiting
+
+    def _parts(self, kind: str, ops: list) -> list[tuple[str, list]]:
+        """A packed call's operations whose models are here run first, together; then each
+        whose model must be restored first (moved here from a lost worker) runs alone, right
+        after its restore and recorded before the next restore starts. So no model waits for
+        other models' restores: a worker that takes over many models gives each loop back as
+        soon as its own model is restored."""
+        if kind not in PACKED_CALLS:
+            return [(kind, ops)]
+        here = [op for op in ops if self.ctx.ready(op)]
+        moved = [(kind, [op]) for op in ops if not self.ctx.ready(op)]
+        return ([(kind, here)] if here else []) + moved
 
     def _call(self, kind: str, ops: list) -> tuple[int, bool | None]:
         """Run ``ops`` (of one kind) in one engine call and record each; how many ran (not put

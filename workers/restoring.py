@@ -51,9 +51,13 @@ class Restorer:
         moved = port.models_to_restore(fence=self.lease.fence)
         return [m for m in moved if not self.engine.has_adapter(m)]
 
+    def ready(self, op) -> bool:
+        """Whether ``op`` runs without a restore first (its model is here, or it needs none)."""
+        return op.kind in STATELESS_KINDS or self.engine.has_adapter(op.model_id)
+
     def held(self, op) -> Outcome | None:
         """Bring ``op``'s model onto the host if it needs it and is not here (None: ready)."""
-        if op.kind not in STATELESS_KINDS and not self.engine.has_adapter(op.model_id):
+        if not self.ready(op):
             return self.restore(op.model_id)
         return None
 

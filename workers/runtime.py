@@ -9,10 +9,11 @@ not hold (it moved here from a lost worker, or a result could not be recorded) i
 its recovery point before it runs anything. Every claim and completion is fenced by the lease's
 generation: a worker declared dead drops what it holds and registers anew.
 
-``WorkerRuntime`` composes the worker's jobs: its lease (``lease``, renewed by the heartbeat
-here), recording outcomes (``recording``), restoring models (``restoring``), running one
-operation (``running``), one pass (``passes``) and the drain (``draining``); it owns the host,
-the heartbeat and the replica group it takes part in.
+``WorkerRuntime`` composes the worker's jobs: loading its host (``host_loading``), its lease
+(``lease``) and the heartbeat that renews it (``heartbeat``), recording outcomes
+(``recording``), restoring models (``restoring``), running one operation (``running``), one
+pass (``passes``), the drain (``draining``), and the replica group it takes part in
+(``group_member``, ``replication``); it owns the host and the sampler weights they share.
 """
 
 from __future__ import annotations
@@ -20,27 +21,28 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-import threading
 import time
+from typing import Any
 
 import torch
 from django.conf import settings as django_settings
-from django.db import close_old_connections
 
 from controlplane import dispatch
 from controlplane import worker_port as port
 
-from .base_fit import device_memory, fit_of, host_memory_refusal, refused
 from .draining import Drainer
 from .engine.catalog import default_catalog
-from .engine.distributed.placement import Fit
-from .engine.host import HostConfig, ModelHost
+from .engine.host import ModelHost
+from .engine.snapshots import Snapshot
 from .executor import SamplerAdapters
 from .group_member import GroupMember
+from .heartbeat import Heartbeat
+from .host_loading import fitted, load_host
 from .lease import Lease
 from .passes import PassContext
 from .recording import Recorder
 from .replicated_host import ReplicatedHost
+from .replication import Replicas
 from .restoring import Restorer
 from .running import Runner
 from .scheduling import Scheduler
@@ -64,19 +66,12 @@ class WorkerRuntime:
         """``listen``: wake on PostgreSQL notices (default: when submits send them and the
         runtime runs on its own, i.e. with its heartbeat)."""
         self.settings = settings
-        config = self._host_config(None)
         materialized = (
             host.materialized if host else default_catalog().materialize(settings.base_model)
         )
         # Whether its memory holds the base whole, or it serves only in a sharded group.
-        self.fit = fit_of(materialized.path, settings.base_model, config, settings.memory_bytes)
-        if self.fit.ranks is None:
-            raise refused(self.fit, settings.base_model)
-        too_big = host_memory_refusal(self.fit, settings.base_model, device_memory("cpu"))
-        if too_big is not None:
-            raise too_big
-        self.shard_ranks = self.fit.ranks
-        self.host = host or self._load_host()
+        self.fit, self.shard_ranks = fitted(settings, materialized)
+        self.host = host or load_host(settings, self.fit)
         parameters = sum(  # the base model's, not the adapter slots'
             p.numel() for name, p in self.host.pool.model.named_parameters() if "lora_" not in name
         )
@@ -89,11 +84,10 @@ class WorkerRuntime:
                 settings.snapshot_every_seconds, django_settings.SNAPSHOT_EVERY_SECONDS
             ),
         )
-        self.host.on_evict = lambda model_id, state: self.snapshots.evicted(
-            model_id, state, self.fence
-        )
+        self.host.on_evict = self._evicted
         # What the operations run on: the host, or a replica group for data-parallel models.
-        self._replicas: dict[str, int] = {}
+        self.replicas = Replicas(self.shard_ranks)
+        self.replicated = self.replicas.replicated
         self.engine = ReplicatedHost(self.host, self.replicated, sharded_base=self.shard_ranks > 1)
         self.group = GroupMember(self)
         self.scheduler = Scheduler(settings.pass_tokens)
@@ -124,43 +118,39 @@ class WorkerRuntime:
             context=self.pass_context,
             reset=self._reset,
         )
+        self.heartbeat = Heartbeat(
+            self.lease,
+            self.drainer,
+            self.recorder,
+            self.restorer,
+            self.snapshots,
+            self.group,
+            name=settings.name,
+            reset=self._reset,
+            poke=self.poke,
+        )
         self.lease.register()
         self.wake: WakeListener | None = None
         if heartbeat:
-            threading.Thread(target=self._heartbeat, name="worker-heartbeat", daemon=True).start()
+            self.heartbeat.start()
         if listen if listen is not None else heartbeat and dispatch.wakes_by_notify():
             self.wake = WakeListener(settings.queue, self.drain, self.lease.stop).start()
-
-    def _host_config(self, fit: Fit | None) -> HostConfig:
-        """How the host loads its base: as asked (``fit`` None: before it is known), then with
-        passes as large as its memory allows, into host memory when the base is sharded."""
-        s = self.settings
-        sharding = fit is not None and fit.ranks is not None and fit.ranks > 1
-        return HostConfig(
-            **({"max_batch_tokens": fit.pass_tokens} if fit is not None else {}),
-            device=s.device,
-            # a base sharded over the group is loaded into host memory; each rank's shards
-            # move to its accelerator as the base is sharded
-            load_device="cpu" if sharding and s.device != "cpu" else None,
-            dtype=s.dtype,
-            max_loaded_adapters=s.max_loaded_adapters,
-            release_slack_mb=s.release_slack_mb,
-        )
-
-    def _load_host(self) -> ModelHost:
-        return ModelHost(self.settings.base_model, self._host_config(self.fit))
 
     def reload_base(self) -> None:
         """A worker that sharded its base left its group: the base is loaded whole again (into
         host memory) for the next group to shard. The caller holds the drain lock."""
         log.warning("worker %s loads %s again for its next group", self.name, self.host.base_model)
-        host = self._load_host()  # the sharded one serves readers (probes, heartbeat) meanwhile
-        host.on_evict = lambda model_id, state: self.snapshots.evicted(model_id, state, self.fence)
+        host = load_host(self.settings, self.fit)  # the sharded one serves readers meanwhile
+        host.on_evict = self._evicted
         self.host = self.engine.host = self.snapshots.host = host
         self.samplers = SamplerAdapters(limit=self.samplers.limit)
         gc.collect()  # the sharded base's pieces
 
-    # -- the lease (``lease``) and the heartbeat ------------------------------------------------
+    def _evicted(self, model_id: str, state: Snapshot) -> None:
+        """The host unloaded ``model_id`` for room: its state goes to a snapshot."""
+        self.snapshots.evicted(model_id, state, self.fence)
+
+    # -- the lease (``lease``) and the heartbeat (``heartbeat``) --------------------------------
     @property
     def name(self) -> str:
         return self.settings.name
@@ -216,17 +206,6 @@ class WorkerRuntime:
         self.restorer.forget()
         self.lease.register()
 
-    def _heartbeat(self) -> None:
-        every = django_settings.WORKER_LEASE_SECONDS / 5
-        while not self.lease.stop.wait(every):
-            try:
-                self.beat()
-            except Exception:  # a database hiccup must not kill the heartbeat
-                log.exception("heartbeat failed")
-            finally:
-                self.lease.beat_at = time.monotonic()
-                close_old_connections()
-
     def lease_held(self) -> bool:
         """Whether this worker takes work now (the readiness probe): ``Lease.held``."""
         return self.lease.held()
@@ -236,30 +215,8 @@ class WorkerRuntime:
         return self.lease.heartbeat_age()
 
     def beat(self) -> None:
-        """One heartbeat: renew the lease (or, fenced, start over); declare dead any worker
-        silent past its lease; take waiting models (room may have freed); record seq_ids that
-        never arrived; give a lost nudge or a snapshot due by time another look."""
-        if not self.lease.renew():
-            with self.drain_lock(blocking=False) as held:
-                if held:
-                    self._reset()
-            return
-        port.declare_dead(by=f"worker {self.name}")
-        self.group.check()  # join, leave or keep alive its replica group
-        if self.recorder.has_unrecorded:
-            with self.drain_lock(blocking=False) as held:
-                if held:  # the database answers again: what it could not record runs again
-                    self.recorder.requeue_unrecorded()
-        self.lease.place_waiting()
-        port.settle_gaps(worker=self.worker)  # one row per gap, however long
-        if self.restorer.due():
-            self.drainer.restores_due.set()
-        waiting = port.has_waiting_work(worker=self.worker)
-        if waiting or self.snapshots.due_by_time() or self.drainer.restores_due.is_set():
-            if self.wake is not None:
-                self.wake.poke()
-                return
-            dispatch.celery_client().send_task(dispatch.DRAIN_TASK, queue=self.settings.queue)
+        """One heartbeat (``Heartbeat.beat``)."""
+        self.heartbeat.beat()
 
     def request_stop(self) -> None:
         """Stop taking work: the operation running now is the last (a SIGTERM asks this)."""
@@ -299,31 +256,17 @@ class WorkerRuntime:
             threads=self.runner.threads,
             vault=self.vault,
             replicated=self.replicated,
+            ready=self.restorer.ready,
             held=self.restorer.held,
             restore=self.restorer.restore,
             train=self.runner.train,
         )
 
     # -- replica groups --------------------------------------------------------------------
-    def replicated(self, model_id: str) -> bool:
-        """Whether ``model_id`` trains on a replica group (asked once per model: it never
-        changes). On a worker that shards its base, every model does."""
-        if self.shard_ranks > 1:
-            return True
-        replicas = self._replicas.get(model_id)
-        if replicas is None:
-            if len(self._replicas) > 100_000:
-                self._replicas.clear()
-            replicas = self._replicas[model_id] = port.model_replicas(model_id)
-        return replicas > 1
-
     def drop_replicated(self) -> None:
         """The replica group ended: its models' state on this host no longer counts (another
         rank may have gone mid-operation); they come back from their recovery points."""
-        for model_id in list(self.host.pool.ids()):
-            if self.replicated(model_id):
-                self.snapshots.forget(model_id)
-                self.host.remove_adapter(model_id)
+        self.replicas.drop(self.host, self.snapshots)
         if self.shard_ranks > 1:  # its sampler weights were the group's too
             self.samplers = SamplerAdapters(limit=self.samplers.limit)
 
@@ -349,5 +292,5 @@ class WorkerRuntime:
         )
 
 
-def _or(value, default):
+def _or(value: Any, default: Any) -> Any:
     return default if value is None else value

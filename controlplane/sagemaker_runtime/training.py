@@ -52,14 +52,14 @@ def kind_named(raw: object) -> str:
 
 
 def refused(ts: TrainingSession, raw: object, exc: Exception) -> None:
-    """A request refused before it was submitted still takes its ``sequenceNumber``."""
+    """A request refused before it was submitted still takes its ``sequenceNumber``: recorded by
+    the Tinker wire's one function for refusals on arrival (``training.refused_on_arrival``)."""
     seq = raw.get("sequenceNumber") if isinstance(raw, dict) else None
-    training.training_reject(
+    training.refused_on_arrival(
         tenant=ts.tenant,
-        model_id=ts.model.id,
-        seq_id=seq,
         kind=kind_named(raw),
-        error=f"refused on arrival: {getattr(exc, 'detail', exc)}",
+        body={"model_id": ts.model.id, "seq_id": seq},
+        exc=exc,
     )
 
 

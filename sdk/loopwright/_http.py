@@ -44,6 +44,11 @@ class RetryPolicy:
     max_delay: float = 16.0
     """Longest delay between two attempts (Retry-After is capped by the time left)."""
 
+    refused_max_delay: float = 2.0
+    """Longest delay after a refused connection: nothing listens (the server is starting
+    again), and such an attempt costs it nothing, so the client is back within this much of the
+    server's return instead of up to ``max_delay`` after it."""
+
     jitter: float = 0.25
     """Each delay is randomly scaled by up to ±jitter, so clients do not retry in lockstep."""
 
@@ -78,9 +83,11 @@ class _Attempts:
         self._start = time.monotonic()
         self._count = 0
 
-    def _next(self, minimum: float | None = None) -> float | None:
+    def _next(self, minimum: float | None = None, maximum: float | None = None) -> float | None:
         left = self._policy.max_retry_seconds - (time.monotonic() - self._start)
         delay = self._policy.delay(self._count)
+        if maximum is not None:
+            delay = min(delay, maximum)
         if minimum is not None:
             delay = max(delay, minimum)
         if not self._enabled or delay > left:
@@ -101,6 +108,8 @@ class _Attempts:
 
     def after_error(self, exc: Exception) -> float | None:
         """None when the error is final; else the delay before retrying."""
+        if isinstance(exc, httpx.ConnectError):  # refused: nothing listens there yet
+            return self._next(maximum=self._policy.refused_max_delay)
         return self._next() if isinstance(exc, _RETRY_EXCEPTIONS) else None
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from loopwright import ServiceClient
 
 from .chaos import Killer, PrivatePostgres, PrivateRedis, database, holder, wait_registered
+from .outcome import differences, state_of, usage
 from .seeded_loop import STEPS, download_final, train_step
 from .stack import TINY, Stack
 
@@ -108,23 +108,6 @@ def run_loop(stack: Stack, folder: Path, fault=None) -> Run:
     return Run(session_id, tc.model_id, samples, state_of(folder), usage(stack, session_id))
 
 
-def state_of(folder: Path) -> dict[str, torch.Tensor]:
-    """A downloaded package's adapter (``a/…``) and AdamW state (``o/…``)."""
-    state = {f"a/{k}": v for k, v in load_file(folder / "adapter_model.safetensors").items()}
-    state |= {f"o/{k}": v for k, v in load_file(folder / "optimizer.safetensors").items()}
-    return state
-
-
-def usage(stack: Stack, session_id: str) -> dict[str, int]:
-    r = httpx.get(
-        f"{stack.url}/api/v1/sessions/{session_id}/usage",
-        headers={"X-API-Key": stack.keys["alice"]},
-        timeout=30,
-    )
-    assert r.status_code == 200, r.text
-    return {line["meter"]: line["quantity"] for line in r.json()["lines"]}
-
-
 def recoveries(stack: Stack, session_id: str) -> list[dict]:
     r = httpx.get(
         f"{stack.url}/api/v1/sessions/{session_id}",
@@ -135,8 +118,7 @@ def recoveries(stack: Stack, session_id: str) -> list[dict]:
 
 
 def assert_unchanged(run: Run, reference: Run) -> None:
-    assert run.state.keys() == reference.state.keys()
-    different = [k for k in run.state if not torch.equal(run.state[k], reference.state[k])]
+    different = differences(run.state, reference.state)
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
     assert run.samples == reference.samples
     assert run.usage == reference.usage

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import random
+import socket
+import threading
 import time
 from collections.abc import Callable
 
@@ -12,10 +16,16 @@ from fake_server import API_KEY, BASE_MODEL, FAST_RETRY, FakeServer
 
 import loopwright
 from loopwright import RetryPolicy, ServiceClient
-from loopwright._http import HTTPClient
+from loopwright._http import HTTPClient, _Attempts
 from loopwright.types import AdamParams, Datum, ModelInput
 
 NO_RETRY = RetryPolicy(max_retry_seconds=0.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def recording(
@@ -226,6 +236,88 @@ def test_backoff_grows_and_is_capped() -> None:
     assert [policy.delay(n) for n in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     jittered = RetryPolicy(initial_delay=1.0, jitter=0.25)
     assert all(0.75 <= jittered.delay(0) <= 1.25 for _ in range(50))
+
+
+def test_a_refused_connection_is_retried_within_a_short_delay() -> None:
+    """A server starting again refuses connections: the client tries again at least every
+    ``refused_max_delay``, not at the growing backoff (a connection that was accepted and then
+    got no answer still backs off to ``max_delay``)."""
+    policy = RetryPolicy(initial_delay=0.5, max_delay=16.0, refused_max_delay=2.0, jitter=0.0)
+    request = httpx.Request("POST", "http://127.0.0.1:1/api/v1/retrieve_future")
+    refused = _Attempts(policy, enabled=True)
+    assert [
+        refused.after_error(httpx.ConnectError("refused", request=request)) for _ in range(7)
+    ] == [
+        0.5,
+        1.0,
+        2.0,
+        2.0,
+        2.0,
+        2.0,
+        2.0,
+    ]
+    silent = _Attempts(policy, enabled=True)
+    assert [
+        silent.after_error(httpx.ReadTimeout("no answer", request=request)) for _ in range(7)
+    ] == [
+        0.5,
+        1.0,
+        2.0,
+        4.0,
+        8.0,
+        16.0,
+        16.0,
+    ]
+
+
+def test_a_refused_connection_is_retried_until_the_server_listens() -> None:
+    """Through the real transport: a port where nothing listens yet, then a server on it. What
+    the client met before is a refused connection (``httpx.ConnectError``, the short delays
+    above), and the request that started before the server succeeds once it listens."""
+    port = free_port()
+    refused = threading.Event()
+
+    def serve_later() -> None:
+        refused.wait(30)  # once the client has met the closed port
+        time.sleep(0.3)
+        server = http.server.HTTPServer(("127.0.0.1", port), _Models)
+        server.handle_request()
+        server.server_close()
+
+    class Seen(httpx.HTTPTransport):
+        errors: list[type[Exception]] = []
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            try:
+                return super().handle_request(request)
+            except Exception as exc:
+                self.errors.append(type(exc))
+                refused.set()
+                raise
+
+    thread = threading.Thread(target=serve_later)
+    thread.start()
+    policy = RetryPolicy(max_retry_seconds=30.0, initial_delay=0.05, refused_max_delay=0.2)
+    with ServiceClient(
+        base_url=f"http://127.0.0.1:{port}", api_key=API_KEY, retry=policy, transport=Seen()
+    ) as client:
+        models = client.list_base_models()
+    thread.join()
+    assert [m.name for m in models] == ["m"]
+    assert Seen.errors and set(Seen.errors) == {httpx.ConnectError}
+
+
+class _Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"base_models": [{"name": "m", "context_length": 512}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
 
 
 def test_jitter_leaves_the_global_random_stream_alone() -> None:

@@ -636,3 +636,34 @@ def test_a_dimuon_model_trained_with_stable_reinforce_replays_exactly(alice, sta
     moments = [c.host.pool.optimizer(ref), b.host.pool.optimizer(model_id)]
     assert moments[0].step == moments[1].step == 5
     assert same(moments[0].exp_avg, moments[1].exp_avg) and not moments[1].exp_avg_sq
+
+
+def test_a_model_moved_here_holds_up_neither_the_models_here_nor_other_moved_ones(
+    alice, charlie, start
+) -> None:
+    """One pass claims a forward_backward of the model this worker holds and of two models
+    moved here from a lost worker: the held model's runs and is recorded before any restore
+    starts, and each moved model's runs right after its own restore, before the next one's.
+    Each ends as without the loss."""
+    b = start("b")
+    moved = [trained_on(alice, b), trained_on(alice, b)]
+    a = start("a")
+    here = trained_on(alice, a)  # the emptier worker
+    assert TrainingModel.objects.get(pk=here).worker.name == "a"
+    assert lost(b, moved[0]) == "a" and TrainingModel.objects.get(pk=moved[1]).worker.name == "a"
+    futures = {m: steps(alice, m, 5, 1)[0] for m in [here, *moved]}
+    a.drain()
+    ops = {m: Operation.objects.get(pk=fut["request_id"]) for m, fut in futures.items()}
+    assert all(op.status == Operation.Status.DONE for op in ops.values())
+    restored = {
+        m: Recovery.objects.get(model_id=m, outcome=Recovery.Outcome.RESTORED).restored_at
+        for m in moved
+    }
+    assert ops[here].finished_at < min(restored.values())
+    first, second = sorted(moved, key=restored.get)
+    assert restored[first] <= ops[first].finished_at < restored[second]
+    # as without the loss: the same two steps and one more on a worker that lost nothing
+    expected = reference(alice, a, 3)
+    assert all(same(adapter(a, m), expected) for m in [here, *moved])
+    r = charlie.post("retrieve_future", {"request_id": futures[here]["request_id"]})
+    assert r.status_code == 404
