@@ -23,11 +23,11 @@ def tiny_hosts(cache_dir: Path, spill_dir: Callable[[], Path]) -> Callable[[], M
     return make
 
 
-def vlm_runtime(catalog: ModelCatalog, spill_dir: Path, *, capacity: int = 4):
-    """A worker runtime named ``vlm0`` serving the tiny LLaVA (16 image tokens per image) from
+def vlm_runtime(catalog: ModelCatalog, spill_dir: Path, *, capacity: int = 4, name: str = "vlm0"):
+    """A worker runtime named ``name`` serving the tiny LLaVA (16 image tokens per image) from
     ``catalog``, which has it materialized; as ``tiny_runtime`` otherwise."""
     host = ModelHost(TINY_VLM, HostConfig(spill_dir=spill_dir), catalog)
-    return tiny_runtime(host, capacity=capacity, name="vlm0", base_model=TINY_VLM)
+    return tiny_runtime(host, capacity=capacity, name=name, base_model=TINY_VLM)
 
 
 def tiny_runtime(
