@@ -14,7 +14,8 @@ of the control plane; ``.importlinter`` enforces it. What it calls, by subject:
 - **recovery**: the models to restore, their restore plans and the record of a restore (or of
   a model that cannot be restored), the service's snapshots (where one goes, recording it as
   the recovery point, deleting one);
-- **keys and storage**: a tenant's KMS key by ARN, the key's provider, the storage at a URI;
+- **keys and storage**: a tenant's KMS key by ARN, the key's provider, the storage at a URI,
+  a claimed or replayed request with its sealed images opened;
 - **replica groups**: the worker's membership, a group announced, ready, or broken.
 
 Each call runs in the worker's process against the database, fenced by the lease's generation
@@ -43,7 +44,7 @@ from controlplane.operations.token_notices import Entry as TokenEntry
 from controlplane.storage import Storage
 from controlplane.training_sessions import selectors as session_selectors
 from controlplane.training_sessions.models import Operation
-from controlplane.training_sessions.services import failover, placement, recovery
+from controlplane.training_sessions.services import failover, placement, recovery, request_images
 from controlplane.training_sessions.services import storage as session_storage
 from controlplane.training_sessions.services.recovery import SNAPSHOT, NotHere, RestorePlan
 
@@ -74,6 +75,7 @@ __all__ = [
     "model_replicas",
     "models_to_restore",
     "operation_usage",
+    "request_payload",
     "requeue",
     "restore_failed",
     "restore_finished",
@@ -248,6 +250,13 @@ def key_ref(*, tenant_id, arn: str) -> KeyRef:
     """The tenant's KMS key ``arn`` as the database holds it now (``KeyNotFoundError`` for a key
     of anyone else)."""
     return kms_selectors.key_ref_by_arn(tenant_id=tenant_id, arn=arn)
+
+
+def request_payload(op: Operation) -> dict:
+    """``op``'s request as sent, its images opened with the tenant's KMS key (``op.payload``
+    itself when it holds none); raises a ``DomainError`` (the key can no longer open them) or
+    ``KmsUnavailable``."""
+    return request_images.payload_open(op)
 
 
 def key_provider(key: KeyRef) -> KeyProvider:

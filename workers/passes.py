@@ -70,8 +70,20 @@ class Pass:
         claimed = {op.pk: op for op in heads + samples}
         if not claimed:
             return 0, False
+        try:
+            unopened = self._open_images(claimed)
+        except DatabaseError:
+            ctx.recorder.put_back(claimed)  # pending again once the database answers
+            raise
+        progressed = 0
+        for op in unopened:
+            del claimed[op.pk]
+            ctx.recorder.finish(op, unopened[op])
+            progressed += 1
+        if not claimed:
+            return progressed, False
         self.unfinished = dict(claimed)
-        progressed, waiting = 0, None
+        waiting = None
         parts = [
             part
             for call in ctx.scheduler.plan([work_of(op) for op in claimed.values()])
@@ -111,6 +123,22 @@ class Pass:
         here = [op for op in ops if self.ctx.ready(op)]
         moved = [(kind, [op]) for op in ops if not self.ctx.ready(op)]
         return ([(kind, here)] if here else []) + moved
+
+    @staticmethod
+    def _open_images(claimed: dict) -> dict:
+        """Open the sealed images of each claimed request in place (the engine sees them as
+        sent); the operations whose images cannot be opened, with the outcome that fails them
+        (the user's when the key is the cause: disabled, deleted)."""
+        unopened = {}
+        for op in claimed.values():
+            try:
+                op.payload = port.request_payload(op)
+            except DatabaseError:
+                raise
+            except Exception as exc:
+                category = "user" if getattr(exc, "status", 500) < 500 else "server"
+                unopened[op] = Outcome(error=str(exc), category=category)
+        return unopened
 
     def _call(self, kind: str, ops: list) -> tuple[int, bool | None]:
         """Run ``ops`` (of one kind) in one engine call and record each; how many ran (not put

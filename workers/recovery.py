@@ -68,8 +68,9 @@ def restore_model(
                 host.restore(model_id, folder)
         deviation, steps = 0.0, 0
         for op in plan.replay:
-            with threads(op.kind, op.payload):
-                result = run_training(host, op.kind, op.payload, op.plan, tenant_vault)
+            payload = port.request_payload(op)  # its images opened, as when it first ran
+            with threads(op.kind, payload):
+                result = run_training(host, op.kind, payload, op.plan, tenant_vault)
             deviation = max(deviation, _compared(op, result))
             steps += op.kind == "optim_step"
     except BaseException:

@@ -28,7 +28,13 @@ from controlplane.training_sessions.selectors import (
     sampler_get,
     session_get,
 )
-from controlplane.training_sessions.services import context, images, placement, vocabulary
+from controlplane.training_sessions.services import (
+    context,
+    images,
+    placement,
+    request_images,
+    vocabulary,
+)
 from controlplane.training_sessions.services.checkpoint_plans import opening, stored_fields
 from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
@@ -283,6 +289,7 @@ def sample_submit(
     )
     if request_id is not None:
         fields["id"] = request_id
+    fields = request_images.fields_sealed(fields)  # its images (if any) never stored in clear
     if idempotency_key is None and seq_id is None:
         op = Operation.objects.create(sampling_session=sampler, seq_id=None, **fields)
         budget_hold.hold(op)

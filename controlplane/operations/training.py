@@ -32,7 +32,13 @@ from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 from controlplane.training_sessions.selectors import session_get
-from controlplane.training_sessions.services import context, images, placement, vocabulary
+from controlplane.training_sessions.services import (
+    context,
+    images,
+    placement,
+    request_images,
+    vocabulary,
+)
 from controlplane.training_sessions.services.lora import lora_checked
 from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
@@ -421,6 +427,7 @@ def training_submit(
         api_key=api_key,
     )
     op.id = request_id or new_id("req")
+    request_images.op_sealed(op)  # its images (if any) sealed, never stored in clear
     # Every insert of a model's operation holds the model's row lock. A request that took this
     # seq_id while the lock was waited for is not in the look above (its snapshot is older):
     # the insert steps aside, and it is answered as a retry or a conflict.

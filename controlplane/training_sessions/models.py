@@ -219,7 +219,10 @@ class Operation(models.Model):
     )
     seq_id = models.IntegerField(null=True, blank=True)
     kind = models.CharField(max_length=32, choices=Kind.choices)
-    payload = models.JSONField()  # the request body as validated
+    # the request body as validated; each image's data a reference into ``sealed_images``
+    payload = models.JSONField()
+    # the request's images, one LWENC1 envelope sealed with the tenant's KMS key (empty: none)
+    sealed_images = models.BinaryField(default=b"", blank=True)
     plan = models.JSONField(default=dict)  # what the worker needs: adapter id, storage paths
     payload_digest = models.CharField(max_length=64)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)

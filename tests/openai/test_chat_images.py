@@ -132,3 +132,46 @@ def test_the_streamed_usage_counts_them_too(alice, charlie, model) -> None:
     # charlie (another tenant) cannot name alice's model
     other = charlie.client.post("/v1/chat/completions", body(model, 1), format="json")
     assert other.status_code == 404, other.content
+
+
+def test_the_prompt_images_are_stored_sealed_and_a_retry_gets_the_same_answer(
+    alice, charlie, model
+) -> None:
+    """The stored sample holds each image as a reference into its sealed envelope: neither the
+    data URI's base64 nor the bytes are in the raw row; a retry with the same Idempotency-Key
+    gets the same operation back (the digest is taken over the request as sent)."""
+    from django.db import connection
+
+    from controlplane.kms.envelope import is_sealed
+
+    sent = body(model, 1)
+    image = sent["messages"][0]["content"][1]["image_url"]["url"].split(",", 1)[1]
+    r = alice.client.post(
+        "/v1/chat/completions", sent, format="json", HTTP_IDEMPOTENCY_KEY="chat-img-1"
+    )
+    assert r.status_code == 200, r.content
+    op = sample_op()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT payload, sealed_images FROM {Operation._meta.db_table} WHERE id = %s",
+            [op.pk],
+        )
+        payload, sealed = cursor.fetchone()
+    assert image[:40] not in str(payload)
+    assert base64.b64decode(image)[:64] not in bytes(sealed)
+    assert is_sealed(bytes(sealed))
+    assert [c["data"] for c in op.payload["prompt"]["chunks"] if c.get("type") == "image"] == [
+        {"sealed_image": 0}
+    ]
+    samples = Operation.objects.filter(kind="sample").count()
+    again = alice.client.post(
+        "/v1/chat/completions", sent, format="json", HTTP_IDEMPOTENCY_KEY="chat-img-1"
+    )
+    assert again.status_code == 200, again.content
+    assert again.json()["choices"] == r.json()["choices"]
+    assert Operation.objects.filter(kind="sample").count() == samples
+    assert sample_op().pk == op.pk
+    other = charlie.client.post(
+        "/v1/chat/completions", sent, format="json", HTTP_IDEMPOTENCY_KEY="chat-img-1"
+    )
+    assert other.status_code == 404, other.content

@@ -35,6 +35,7 @@ from .recorded_images import (
     recorded_images_open,
     recorded_images_seal,
 )
+from .request_images import payload_open
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +92,12 @@ def recording_fields(op: Operation, result: dict, now: datetime) -> dict | None:
     """The ``RecordedSample`` row of ``op``'s ``result`` (``records(op)`` must hold); None when
     its prompt's images cannot be sealed (the key is not Enabled, or KMS failed): then the
     sample completes unrecorded, and citing it is refused as citing any unrecorded sequence."""
-    prompt, images = prompt_layout(op.payload["prompt"]["chunks"])
     sealed = b""
+    try:
+        prompt, images = prompt_layout(payload_open(op)["prompt"]["chunks"])
+    except (DomainError, KmsError) as exc:
+        log.warning("recording %s not kept: its images could not be opened: %s", op.pk, exc)
+        return None
     if images:
         try:
             sealed = recorded_images_seal(

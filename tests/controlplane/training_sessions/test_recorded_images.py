@@ -238,8 +238,9 @@ def test_stable_reinforce_checks_the_recorded_image(alice, charlie, runtime) -> 
     assert "not a recorded sequence of this session" in r.json()["detail"]
 
 
-def test_images_its_key_cannot_seal_leave_the_sample_unrecorded(alice, runtime) -> None:
-    """The account's key is disabled when the sample completes: the sample still answers, and
+def test_images_its_key_cannot_open_fail_the_sample_unrecorded(alice, runtime) -> None:
+    """The account's key is disabled after the sample was accepted: its images (sealed in the
+    stored request) cannot be opened, so the sample fails as the user's naming the key, and
     nothing is recorded (its images are never stored unsealed)."""
     from controlplane.kms.services import default_key_for, key_disable
 
@@ -263,6 +264,6 @@ def test_images_its_key_cannot_seal_leave_the_sample_unrecorded(alice, runtime) 
     key = default_key_for(alice.tenant)
     key_disable(tenant=alice.tenant, actor="test", key_id=key.arn)
     out = result(alice, runtime, r.json())
-    assert "error" not in out, out
-    assert len(out["sequences"][0]["tokens"]) == SAMPLED
+    assert out.get("category") == "user", out
+    assert "cannot be opened" in out["error"] and key.arn in out["error"], out
     assert not RecordedSample.objects.exists()
