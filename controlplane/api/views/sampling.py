@@ -6,9 +6,9 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.audit.services import audited_transaction
-from controlplane.edge.callers import allow, key_of, tenant_of
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError
+from controlplane.iam.access import decide
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
@@ -57,16 +57,22 @@ def asample(request: Request) -> Response:
             field="sampling_session_id",
         )
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
-    with audited_transaction():  # the audit row and the operation: one commit
-        allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
-        op = sampling.sample_submit(
-            tenant=tenant_of(request),
-            sampling_session_id=req.sampling_session_id,
-            seq_id=req.seq_id,
-            payload=payload,
-            api_key=key_of(request),
-        )
-        return future(request, op)  # its RetrieveFuture decision is audited in the same commit
+    tenant = tenant_of(request)
+    access = decide(
+        principal_of(request),
+        "sessions:Sample",
+        sampler_arn(tenant, req.sampling_session_id),
+        request=request,
+    )
+    return sampling.submit(  # in one statement where it can be, else in one transaction
+        tenant=tenant,
+        sampling_session_id=req.sampling_session_id,
+        seq_id=req.seq_id,
+        payload=payload,
+        access=access,
+        # the RetrieveFuture decision: audited in the same commit on the portable way
+        answer=lambda op: future(request, op),
+    )
 
 
 @api_view(["GET"])
