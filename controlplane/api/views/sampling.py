@@ -12,6 +12,7 @@ from controlplane.iam.access import decide
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import new_id
 from controlplane.training_sessions.queue_status import sampler_queue_status
 from controlplane.training_sessions.services.sample_options import (
     sample_options,
@@ -19,7 +20,7 @@ from controlplane.training_sessions.services.sample_options import (
 )
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
-from ..operation_responses import future, queue_json
+from ..operation_responses import future, listening, queue_json
 from ..parsing import body_object, parse
 
 
@@ -64,15 +65,18 @@ def asample(request: Request) -> Response:
         sampler_arn(tenant, req.sampling_session_id),
         request=request,
     )
-    return sampling.submit(  # in one statement where it can be, else in one transaction
-        tenant=tenant,
-        sampling_session_id=req.sampling_session_id,
-        seq_id=req.seq_id,
-        payload=payload,
-        access=access,
-        # the RetrieveFuture decision: audited in the same commit on the portable way
-        answer=lambda op: future(request, op),
-    )
+    request_id = new_id("req")
+    with listening(request, request_id) as waiter:  # before the insert commits
+        return sampling.submit(  # in one statement where it can be, else in one transaction
+            tenant=tenant,
+            sampling_session_id=req.sampling_session_id,
+            seq_id=req.seq_id,
+            payload=payload,
+            access=access,
+            request_id=request_id,
+            # the RetrieveFuture decision: audited in the same commit on the portable way
+            answer=lambda op: future(request, op, None, waiter),
+        )
 
 
 @api_view(["GET"])
