@@ -8,11 +8,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane import dispatch
+from controlplane.audit.models import AuditEvent
+from controlplane.audit.services import audited_transaction
 from controlplane.budgets.admission import admit
+from controlplane.budgets.scopes import has_hard_budgets
 from controlplane.errors import DomainError
 from controlplane.fleet.models import Worker
 from controlplane.fleet.selectors import base_model_require
 from controlplane.fleet.services import Network
+from controlplane.iam.access import enforce
+from controlplane.iam.evaluation import Decision
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.errors import Conflict, NotFound, Unavailable
 from controlplane.training_sessions.models import (
@@ -39,6 +44,7 @@ from controlplane.training_sessions.services.checkpoint_plans import opening, st
 from controlplane.training_sessions.services.recordings import recordings_quota_check
 from controlplane.training_sessions.services.sessions import session_touch
 
+from . import sample_statement
 from .admission import (
     TOUCH_SECONDS,
     create_op,
@@ -302,6 +308,94 @@ def sample_submit(
     op = create_op(lookup, what, checked=True, **fields)
     budget_hold.hold(op)
     return op
+
+
+def submit(
+    *,
+    tenant: Tenant,
+    sampling_session_id: str,
+    seq_id: int | None,
+    payload: dict,
+    access: tuple[Decision, AuditEvent],
+    request_id: str | None = None,
+    answer=None,
+):
+    """A sample request with the caller's IAM decision on its sampler and that decision's audit
+    row, not yet written (``access``, from ``iam.access.decide``): ``answer(op)`` (by default
+    the operation) for the operation inserted once (a retry gets its earlier one back).
+
+    Taken in one statement where it can be (``sample_in_one_statement``); else in one
+    transaction with the audit row (and whatever ``answer`` writes): refused if the decision
+    says no (403), then whatever ``sample_submit`` finds (404, 409, 402, 400, …)."""
+    decision, audit = access
+    answer = answer or (lambda op: op)
+    op = sample_in_one_statement(
+        tenant=tenant,
+        sampling_session_id=sampling_session_id,
+        seq_id=seq_id,
+        payload=payload,
+        audit=audit,
+        request_id=request_id,
+    )
+    if op is not None:
+        return answer(op)
+    with audited_transaction():  # the audit row and the operation: one commit
+        enforce(decision, audit)
+        op = sample_submit(
+            tenant=tenant,
+            sampling_session_id=sampling_session_id,
+            seq_id=seq_id,
+            payload=payload,
+            request_id=request_id,
+            api_key=audit.api_key,
+        )
+        return answer(op)
+
+
+def sample_in_one_statement(
+    *,
+    tenant: Tenant,
+    sampling_session_id: str,
+    seq_id: int | None,
+    payload: dict,
+    audit: AuditEvent,
+    request_id: str | None = None,
+) -> Operation | None:
+    """A sample submitted in one statement together with ``audit``, its request's IAM
+    decision (``sample_statement``): the operation, committed. None when it was not taken and
+    nothing was written: not allowed, not PostgreSQL or inside a transaction, an
+    ``Idempotency-Key`` (the portable path here), a hard budget to admit it against, recorded
+    stability info (the recordings' quota), images to check against the base model, no
+    ``max_tokens`` (the sampler's context writes it in), or whatever the statement found in its
+    way; the request then goes the portable way (``sample_submit``), which answers exactly as
+    if this had not been tried."""
+    if not (sample_statement.available() and audit.allowed):
+        return None
+    params = payload.get("sampling_params") or {}
+    prompt = payload.get("prompt") or {}
+    if (
+        payload.get("record_stability_info")
+        or images.has_images(prompt)
+        or not isinstance(params.get("max_tokens"), int)
+        or has_hard_budgets(tenant)
+    ):
+        return None
+    highest = vocabulary.highest_sampled(payload)
+    biased = vocabulary.highest_biased(payload)
+    if biased is not None and (highest is None or biased > highest):
+        highest = biased
+    return sample_statement.submit(
+        tenant=tenant,
+        sampling_session_id=sampling_session_id,
+        seq_id=seq_id,
+        payload=payload,
+        payload_digest=digest(payload),
+        audit=audit,
+        highest_token=highest,
+        needs_context=context.longest_input({"data": [{"model_input": prompt}]})
+        + params["max_tokens"],
+        request_id=request_id,
+    )
 
 
 def new_sampler_id() -> str:

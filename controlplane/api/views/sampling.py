@@ -6,12 +6,13 @@ from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.audit.services import audited_transaction
-from controlplane.edge.callers import allow, key_of, tenant_of
+from controlplane.edge.callers import allow, principal_of, tenant_of
 from controlplane.errors import DomainError
+from controlplane.iam.access import decide
 from controlplane.iam.resources import sampler_arn
 from controlplane.operations import sampling
 from controlplane.training_sessions import selectors
+from controlplane.training_sessions.models import new_id
 from controlplane.training_sessions.queue_status import sampler_queue_status
 from controlplane.training_sessions.services.sample_options import (
     sample_options,
@@ -19,7 +20,7 @@ from controlplane.training_sessions.services.sample_options import (
 )
 from loopwright.types import CreateSamplingSessionRequest, SampleRequest
 
-from ..operation_responses import future, queue_json
+from ..operation_responses import future, listening, queue_json
 from ..parsing import body_object, parse
 
 
@@ -57,16 +58,25 @@ def asample(request: Request) -> Response:
             field="sampling_session_id",
         )
     payload = req.model_dump(mode="json", exclude={"seq_id", "sampling_session_id", "type"})
-    with audited_transaction():  # the audit row and the operation: one commit
-        allow(request, "sessions:Sample", sampler_arn(tenant_of(request), req.sampling_session_id))
-        op = sampling.sample_submit(
-            tenant=tenant_of(request),
+    tenant = tenant_of(request)
+    access = decide(
+        principal_of(request),
+        "sessions:Sample",
+        sampler_arn(tenant, req.sampling_session_id),
+        request=request,
+    )
+    request_id = new_id("req")
+    with listening(request, request_id) as waiter:  # before the insert commits
+        return sampling.submit(  # in one statement where it can be, else in one transaction
+            tenant=tenant,
             sampling_session_id=req.sampling_session_id,
             seq_id=req.seq_id,
             payload=payload,
-            api_key=key_of(request),
+            access=access,
+            request_id=request_id,
+            # the RetrieveFuture decision: audited in the same commit on the portable way
+            answer=lambda op: future(request, op, None, waiter),
         )
-        return future(request, op)  # its RetrieveFuture decision is audited in the same commit
 
 
 @api_view(["GET"])
