@@ -33,7 +33,7 @@ from controlplane.training_sessions.errors import Conflict, NotActive, NotFound
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 from controlplane.training_sessions.selectors import session_get
 from controlplane.training_sessions.services import context, images, placement, vocabulary
-from controlplane.training_sessions.services.lora import lora_checked
+from controlplane.training_sessions.services.lora import lora_checked, projector_checked
 from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
 from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
@@ -119,6 +119,7 @@ def model_create(
     lora_checked(lora)
     base_model, context_length = context.base_and_context(base_model, context_length)
     base_model_require(base_model)
+    projector_checked(lora, base_model)
     if context_length is None:  # the session's, if it asked for one
         context_length = session.platform.get("context_length")
     context_length = context.context_checked(base_model=base_model, context_length=context_length)

@@ -33,3 +33,7 @@ class LoraConfig(RequestModel):
 
     train_attn: bool = True
     """Whether the attention layers get adapters."""
+
+    train_projector: bool = False
+    """Whether a vision-language base model's projector (between its vision tower and its
+    language model) gets adapters too; a text base model refuses True (Loopwright extension)."""
