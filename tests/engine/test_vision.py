@@ -331,6 +331,23 @@ def test_projector_adapter_checkpoints_round_trip_and_need_a_projector(
     assert set(restored) == set(saved)
     for k, v in saved.items():
         torch.testing.assert_close(restored[k], v, rtol=0, atol=0)
+    # the merged export carries the projector's adapter: plain transformers reads the same
+    png = shape_png("square", (30, 30, 200))
+    n = 1 + N_IMG + 2
+    d = Datum(
+        model_input=image_input([1], png, [2, 3]),
+        loss_fn_inputs={"target_tokens": [9] * n, "weights": [1.0] * n},
+    )
+    ours = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+    unmerged = vlm.forward(None, ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+    plain = AutoModelForImageTextToText.from_pretrained(
+        vlm.export_merged("m", tmp_path / "merged"), dtype=torch.float32
+    )
+    ids, pixel_values = processed(vlm, [1], png, [2, 3])
+    with torch.no_grad():
+        ref = vlm_logprobs(plain, ids, [9] * n, pixel_values).numpy()
+    np.testing.assert_allclose(ours.loss_fn_outputs[0]["logprobs"].to_numpy(), ref, **TOL)
+    assert not np.allclose(unmerged.loss_fn_outputs[0]["logprobs"].to_numpy(), ref, **TOL)
     # a model without the projector's adapter does not take these weights
     other.create_adapter("lm_only", AdapterConfig(rank=4, seed=1))
     with pytest.raises(CheckpointError, match="LoRA config"):
