@@ -356,3 +356,34 @@ def test_projector_adapter_checkpoints_round_trip_and_need_a_projector(
     with pytest.raises(InvalidInput) as caught:
         make_host().create_adapter("t", AdapterConfig(rank=4, train_projector=True))
     assert caught.value.field == "lora_config.train_projector"
+
+
+def test_sampling_several_projector_adapters_at_once_is_each_alone(vlm: ModelHost) -> None:
+    """A continuous batch of two adapters' prompts (one text-only first, so its rows and its
+    images differ) samples what each adapter alone would."""
+    for m, seed in (("a", 1), ("b", 2)):
+        vlm.create_adapter(m, AdapterConfig(rank=4, seed=seed, train_projector=True))
+        randomize_adapter(vlm, m, seed=seed + 10)
+
+    def jobs(m: str) -> list[SampleJob]:
+        image = image_input([10, 11], shape_png("circle", (0, 90, 200)), [12])
+        prompts = [ModelInput.from_ints([10, 11, 12]), image] if m == "a" else [image]
+        out = []
+        for k, prompt in enumerate(prompts):
+            job = SampleJob(prompt=[], prompt_input=prompt, num_samples=1, max_tokens=4, seed=k)
+            job.prompt_logprobs = True
+            out.append(job)
+        return out
+
+    alone = {m: vlm.sample(m, jobs(m)) for m in "ab"}
+    together = vlm.sample_many([("a", jobs("a")), ("b", jobs("b"))])
+    for m, results in zip("ab", together, strict=True):
+        assert not isinstance(results, Exception)
+        for got, want in zip(results, alone[m], strict=True):
+            assert got.sequences[0].tokens == want.sequences[0].tokens
+            np.testing.assert_allclose(got.sequences[0].logprobs, want.sequences[0].logprobs, **TOL)
+            np.testing.assert_allclose(
+                np.array(got.prompt.prompt_logprobs[1:], dtype=np.float64),
+                np.array(want.prompt.prompt_logprobs[1:], dtype=np.float64),
+                **TOL,
+            )
