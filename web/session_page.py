@@ -28,7 +28,15 @@ from .values import number
 LIVE = (*Session.LIVE_STATES, Session.State.STOPPING)  # states whose page refreshes itself
 SMOOTHING = (("0", "off"), ("0.6", "0.6"), ("0.8", "0.8"), ("0.9", "0.9"), ("0.95", "0.95"))
 SCALES = (("linear", "linear"), ("log", "logarithmic"))
-LORA_ORDER = ("rank", "alpha", "seed", "train_attn", "train_mlp", "train_unembed")
+LORA_ORDER = (
+    "rank",
+    "alpha",
+    "seed",
+    "train_attn",
+    "train_mlp",
+    "train_unembed",
+    "train_projector",
+)
 LORA_NAMES = {
     "rank": "rank",
     "alpha": "alpha",
@@ -36,6 +44,7 @@ LORA_NAMES = {
     "train_attn": "adapts attention",
     "train_mlp": "adapts MLP",
     "train_unembed": "adapts unembedding",
+    "train_projector": "adapts the vision projector",
 }
 
 

@@ -23,6 +23,8 @@ def _lora_args(lora: dict) -> str:
     for name in ("train_mlp", "train_attn", "train_unembed"):
         if lora.get(name) is False:
             args.append(f"{name}=False")
+    if lora.get("train_projector") is True:
+        args.append("train_projector=True")
     return ", ".join(args)
 
 

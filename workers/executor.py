@@ -84,6 +84,7 @@ def run_training(
             train_attn=bool(lora.get("train_attn", True)),
             train_mlp=bool(lora.get("train_mlp", True)),
             train_unembed=bool(lora.get("train_unembed", True)),
+            train_projector=bool(lora.get("train_projector", False)),
             optimizer=str(lora.get("optimizer", "adamw")),
         )
         host.create_adapter(adapter, cfg)

@@ -39,7 +39,7 @@ from controlplane.training_sessions.services import (
     request_images,
     vocabulary,
 )
-from controlplane.training_sessions.services.lora import lora_checked
+from controlplane.training_sessions.services.lora import lora_checked, projector_checked
 from controlplane.training_sessions.services.provenance import provenance_resolve
 from controlplane.training_sessions.services.sessions import session_touch
 from loopwright.types import ForwardBackwardRequest, ForwardRequest, OptimStepRequest
@@ -125,6 +125,7 @@ def model_create(
     lora_checked(lora)
     base_model, context_length = context.base_and_context(base_model, context_length)
     base_model_require(base_model)
+    projector_checked(lora, base_model)
     if context_length is None:  # the session's, if it asked for one
         context_length = session.platform.get("context_length")
     context_length = context.context_checked(base_model=base_model, context_length=context_length)

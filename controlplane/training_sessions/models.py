@@ -101,7 +101,8 @@ class TrainingModel(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="models")
     model_seq_id = models.IntegerField()
     base_model = models.CharField(max_length=200)
-    # rank, alpha, seed, train_attn, train_mlp, train_unembed; optimizer ("dimuon"; absent: AdamW)
+    # rank, alpha, seed, train_attn, train_mlp, train_unembed; train_projector (written only when
+    # true); optimizer ("dimuon"; absent: AdamW)
     lora = models.JSONField()
     # Data-parallel ranks it trains on (1: one worker); >1: placed on a replica group of that size
     replicas = models.PositiveSmallIntegerField(default=1)

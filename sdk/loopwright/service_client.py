@@ -228,6 +228,7 @@ class ServiceClient(Costs):
         train_mlp: bool = True,
         train_attn: bool = True,
         train_unembed: bool = True,
+        train_projector: bool = False,
         role_arn: str | None = None,
         model_package_group_arn: str | None = None,
         s3_output_path: str | None = None,
@@ -253,7 +254,8 @@ class ServiceClient(Costs):
         then raises ``QueueTimeoutError`` and stops the session it opened.
         ``context_length``: the context its requests are held to, in tokens, at most the base
         model's maximum (tinker's ``<base>:peft:<n>`` names ask the same); None: the client's,
-        else that maximum.
+        else that maximum. ``train_projector``: a vision-language base model's projector is
+        adapted too (a text base model answers ``BadRequestError`` naming it).
         """
         if not (train_mlp or train_attn or train_unembed):
             raise ValueError("at least one of train_mlp, train_attn, train_unembed must be True")
@@ -264,6 +266,7 @@ class ServiceClient(Costs):
             train_mlp=train_mlp,
             train_attn=train_attn,
             train_unembed=train_unembed,
+            train_projector=train_projector,
         )
         if replicas is not None:  # checked before a session is opened, as the adapter is
             replicas = _REPLICAS.validate_python(replicas)
@@ -343,6 +346,7 @@ class ServiceClient(Costs):
             train_mlp=info.train_mlp if info.train_mlp is not None else True,
             train_attn=info.train_attn if info.train_attn is not None else True,
             train_unembed=info.train_unembed if info.train_unembed is not None else True,
+            train_projector=bool(info.train_projector),
             **options,
         )
         try:

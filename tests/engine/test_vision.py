@@ -25,7 +25,7 @@ from loopwright.types import (
 from workers.engine import tiny_vlm
 from workers.engine.adapters import AdapterConfig
 from workers.engine.catalog import TINY_MODEL, TINY_VLM, ModelCatalog
-from workers.engine.errors import InvalidInput
+from workers.engine.errors import CheckpointError, InvalidInput
 from workers.engine.host import HostConfig, ModelHost
 from workers.engine.sampler import SampleJob
 
@@ -72,14 +72,25 @@ def test_the_catalog_builds_the_tiny_vlm_and_knows_a_vlm_folder(vlm_catalog, tmp
     assert operator.spec("acme/vlm").context_length == tiny_vlm.TINY_VLM_CONTEXT_LENGTH
 
 
-@pytest.mark.parametrize("loss_fn", ["cross_entropy", "importance_sampling"])
-def test_lora_gradients_with_images_match_plain_peft(vlm: ModelHost, loss_fn: str) -> None:
+@pytest.mark.parametrize(
+    ("loss_fn", "projector"),
+    [("cross_entropy", False), ("importance_sampling", False), ("cross_entropy", True)],
+)
+def test_lora_gradients_with_images_match_plain_peft(
+    vlm: ModelHost, loss_fn: str, projector: bool
+) -> None:
     rng = np.random.default_rng(0)
-    vlm.create_adapter("m", AdapterConfig(rank=4, alpha=16, seed=3))
+    vlm.create_adapter("m", AdapterConfig(rank=4, alpha=16, seed=3, train_projector=projector))
     randomize_adapter(vlm, "m", seed=4)
-    ref_model, ref_params = plain_vlm_peft(vlm, "m")
-    # only the language model is adapted: the vision tower and projector stay frozen
-    assert ref_params and all(".language_model." in n or "lm_head" in n for n in ref_params)
+    ref_model, ref_params = plain_vlm_peft(vlm, "m", projector=projector)
+    assert set(vlm.pool.parameters("m")) == set(ref_params)  # the same layers, named here
+    # the language model is adapted, the projector only when asked; the vision tower never
+    assert not any("vision_tower" in n for n in ref_params)
+    on_projector = [n for n in ref_params if ".multi_modal_projector." in n]
+    assert len(on_projector) == (4 if projector else 0)  # linear_1 and linear_2: A and B
+    assert all(
+        ".language_model." in n or "lm_head" in n for n in set(ref_params) - set(on_projector)
+    )
     pngs = [shape_png("circle", (200, 30, 30)), shape_png("square", (20, 30, 220), (33, 60))]
     data, reference = [], []
     total = torch.zeros((), dtype=torch.float64)
@@ -108,6 +119,46 @@ def test_lora_gradients_with_images_match_plain_peft(vlm: ModelHost, loss_fn: st
         np.testing.assert_allclose(out.loss_fn_outputs[k]["logprobs"].to_numpy(), ref, **TOL)
     assert out.metrics["loss:sum"] == pytest.approx(float(total.detach()), rel=1e-5)
     assert_grads_close(vlm.pool.parameters("m"), ref_params)
+    if projector:  # the image reaches the loss through the projector's adapter
+        grads = [vlm.pool.parameters("m")[n].grad for n in on_projector]
+        assert all(g is not None and float(g.abs().sum()) > 0 for g in grads)
+
+
+def test_projector_lora_gets_no_gradient_without_an_image_and_mixes_per_image(
+    vlm: ModelHost,
+) -> None:
+    """A text-only input leaves the projector's adapter without gradient; a mixed pass of two
+    adapters routes each image through the projector adapter of its own row."""
+    vlm.create_adapter("a", AdapterConfig(rank=4, seed=1, train_projector=True))
+    vlm.create_adapter("b", AdapterConfig(rank=4, seed=2, train_projector=True))
+    randomize_adapter(vlm, "a", seed=5)
+    randomize_adapter(vlm, "b", seed=6)
+    text = Datum(
+        model_input=ModelInput.from_ints([5, 6, 7, 8]),
+        loss_fn_inputs={"target_tokens": [6, 7, 8, 9], "weights": [1.0] * 4},
+    )
+    vlm.forward_backward("a", ForwardBackwardInput(data=[text], loss_fn="cross_entropy"))
+    for name, p in vlm.pool.parameters("a").items():
+        untouched = p.grad is None or float(p.grad.abs().sum()) == 0
+        assert untouched == (".multi_modal_projector." in name), name
+    png = shape_png("circle", (10, 200, 10))
+    n = 1 + N_IMG + 1
+    d = Datum(
+        model_input=image_input([3], png, [4]),
+        loss_fn_inputs={"target_tokens": [7] * n, "weights": [1.0] * n},
+    )
+    # "a" sends a text row before its image: the batch's rows and its images differ in number
+    fwd_a = ForwardBackwardInput(data=[text, d], loss_fn="cross_entropy")
+    fwd_b = ForwardBackwardInput(data=[d], loss_fn="cross_entropy")
+    alone = {
+        "a": vlm.forward("a", fwd_a).loss_fn_outputs[1]["logprobs"].to_numpy(),
+        "b": vlm.forward("b", fwd_b).loss_fn_outputs[0]["logprobs"].to_numpy(),
+    }
+    assert not np.allclose(alone["a"], alone["b"])
+    mixed = vlm.forward_many([("a", fwd_a), ("b", fwd_b)])
+    for m, out, k in zip("ab", mixed, (1, 0), strict=True):
+        assert not isinstance(out, Exception)
+        np.testing.assert_allclose(out.loss_fn_outputs[k]["logprobs"].to_numpy(), alone[m], **TOL)
 
 
 def test_the_image_is_seen_and_text_only_inputs_still_work(vlm: ModelHost) -> None:
@@ -263,3 +314,76 @@ def test_override_dimensions_resize_the_image_before_the_processor(vlm: ModelHos
     np.testing.assert_allclose(overridden, logprobs(ImageChunk(data=resized, format="png")), **TOL)
     plain = logprobs(ImageChunk(data=png_of(original), format="png"))
     assert np.abs(plain - overridden).max() > 1e-5
+
+
+def test_projector_adapter_checkpoints_round_trip_and_need_a_projector(
+    vlm: ModelHost, vlm_catalog: ModelCatalog, make_host, tmp_path: Path
+) -> None:
+    vlm.create_adapter("m", AdapterConfig(rank=4, seed=1, train_projector=True))
+    randomize_adapter(vlm, "m", seed=7)
+    vlm.save_state("m", tmp_path / "state")
+    saved = {k: v.detach().clone() for k, v in vlm.pool.state_dict("m").items()}
+    assert any(".multi_modal_projector." in k for k in saved)
+    other = ModelHost(TINY_VLM, HostConfig(spill_dir=tmp_path / "spill2"), vlm_catalog)
+    other.restore("m2", tmp_path / "state")
+    assert other.pool.config("m2").train_projector
+    restored = other.pool.state_dict("m2")
+    assert set(restored) == set(saved)
+    for k, v in saved.items():
+        torch.testing.assert_close(restored[k], v, rtol=0, atol=0)
+    # the merged export carries the projector's adapter: plain transformers reads the same
+    png = shape_png("square", (30, 30, 200))
+    n = 1 + N_IMG + 2
+    d = Datum(
+        model_input=image_input([1], png, [2, 3]),
+        loss_fn_inputs={"target_tokens": [9] * n, "weights": [1.0] * n},
+    )
+    ours = vlm.forward("m", ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+    unmerged = vlm.forward(None, ForwardBackwardInput(data=[d], loss_fn="cross_entropy"))
+    plain = AutoModelForImageTextToText.from_pretrained(
+        vlm.export_merged("m", tmp_path / "merged"), dtype=torch.float32
+    )
+    ids, pixel_values = processed(vlm, [1], png, [2, 3])
+    with torch.no_grad():
+        ref = vlm_logprobs(plain, ids, [9] * n, pixel_values).numpy()
+    np.testing.assert_allclose(ours.loss_fn_outputs[0]["logprobs"].to_numpy(), ref, **TOL)
+    assert not np.allclose(unmerged.loss_fn_outputs[0]["logprobs"].to_numpy(), ref, **TOL)
+    # a model without the projector's adapter does not take these weights
+    other.create_adapter("lm_only", AdapterConfig(rank=4, seed=1))
+    with pytest.raises(CheckpointError, match="LoRA config"):
+        other.load_state("lm_only", tmp_path / "state", optimizer=False)
+    # a text model has no projector
+    with pytest.raises(InvalidInput) as caught:
+        make_host().create_adapter("t", AdapterConfig(rank=4, train_projector=True))
+    assert caught.value.field == "lora_config.train_projector"
+
+
+def test_sampling_several_projector_adapters_at_once_is_each_alone(vlm: ModelHost) -> None:
+    """A continuous batch of two adapters' prompts (one text-only first, so its rows and its
+    images differ) samples what each adapter alone would."""
+    for m, seed in (("a", 1), ("b", 2)):
+        vlm.create_adapter(m, AdapterConfig(rank=4, seed=seed, train_projector=True))
+        randomize_adapter(vlm, m, seed=seed + 10)
+
+    def jobs(m: str) -> list[SampleJob]:
+        image = image_input([10, 11], shape_png("circle", (0, 90, 200)), [12])
+        prompts = [ModelInput.from_ints([10, 11, 12]), image] if m == "a" else [image]
+        out = []
+        for k, prompt in enumerate(prompts):
+            job = SampleJob(prompt=[], prompt_input=prompt, num_samples=1, max_tokens=4, seed=k)
+            job.prompt_logprobs = True
+            out.append(job)
+        return out
+
+    alone = {m: vlm.sample(m, jobs(m)) for m in "ab"}
+    together = vlm.sample_many([("a", jobs("a")), ("b", jobs("b"))])
+    for m, results in zip("ab", together, strict=True):
+        assert not isinstance(results, Exception)
+        for got, want in zip(results, alone[m], strict=True):
+            assert got.sequences[0].tokens == want.sequences[0].tokens
+            np.testing.assert_allclose(got.sequences[0].logprobs, want.sequences[0].logprobs, **TOL)
+            np.testing.assert_allclose(
+                np.array(got.prompt.prompt_logprobs[1:], dtype=np.float64),
+                np.array(want.prompt.prompt_logprobs[1:], dtype=np.float64),
+                **TOL,
+            )

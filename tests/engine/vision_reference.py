@@ -30,12 +30,26 @@ def shape_png(kind: str, colour: tuple[int, int, int], size: tuple[int, int] = (
     return buf.getvalue()
 
 
-def plain_vlm_peft(host: ModelHost, model_id: str) -> tuple[torch.nn.Module, dict]:
-    """A fresh VLM from disk with the host adapter's weights, through peft's own loader."""
+# LLaVA's layers by name, written out here rather than taken from the engine: every linear
+# layer of its language model, its unembedding, and (``projector``) its projector's two layers.
+LLAVA_LANGUAGE = (
+    r".*language_model\..*\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)|lm_head"
+)
+LLAVA_PROJECTOR = r"multi_modal_projector\.linear_[12]"
+
+
+def plain_vlm_peft(
+    host: ModelHost, model_id: str, *, projector: bool | None = None
+) -> tuple[torch.nn.Module, dict]:
+    """A fresh VLM from disk with the host adapter's weights, through peft's own loader; its
+    targets the engine's own choice, or (``projector`` given) LLaVA's layers named here."""
     base = AutoModelForImageTextToText.from_pretrained(host.materialized.path, dtype=torch.float32)
     cfg = host.pool.peft_config(model_id)
+    targets = cfg.target_modules
+    if projector is not None:
+        targets = rf"^(.*\.)?({LLAVA_LANGUAGE}{'|' + LLAVA_PROJECTOR if projector else ''})$"
     model = peft.get_peft_model(
-        base, peft.LoraConfig(r=cfg.r, lora_alpha=cfg.lora_alpha, target_modules=cfg.target_modules)
+        base, peft.LoraConfig(r=cfg.r, lora_alpha=cfg.lora_alpha, target_modules=targets)
     )
     state = {k: v.detach().float() for k, v in host.pool.state_dict(model_id).items()}
     peft.set_peft_model_state_dict(model, state)

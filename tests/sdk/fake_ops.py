@@ -66,6 +66,7 @@ def save(
             "train_mlp": lora["train_mlp"],
             "train_attn": lora["train_attn"],
             "train_unembed": lora["train_unembed"],
+            "train_projector": lora.get("train_projector", False),
             "optimizer": lora.get("optimizer", "adamw"),
         },
         "steps": model.steps,

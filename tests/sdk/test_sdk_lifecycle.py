@@ -221,3 +221,25 @@ def test_model_info_capabilities_and_unload(server: FakeServer, service: Service
     assert client.unload().result(timeout=10).model_id == client.model_id
     assert service.session_id == service.session_id  # the default session is opened once
     assert len(server.calls("create_session")) == 2
+
+
+def test_train_projector_is_sent_only_when_on_and_resumes(
+    server: FakeServer, service: ServiceClient
+) -> None:
+    service.create_lora_training_client(BASE_MODEL, rank=4)
+    client = service.create_lora_training_client(BASE_MODEL, rank=4, train_projector=True)
+    plain, projected = (c["lora_config"] for c in server.calls("create_model")[-2:])
+    assert "train_projector" not in plain  # the body a server without the flag reads
+    assert projected["train_projector"] is True
+    assert server.models[client.model_id].lora["train_projector"] is True
+    state = client.save_state("p").result(timeout=10)
+    resumed = service.create_training_client_from_state(state.path)
+    assert server.models[resumed.model_id].lora["train_projector"] is True
+    assert loopwright.LoraConfig(rank=4).model_dump() == {
+        "rank": 4,
+        "alpha": None,
+        "seed": None,
+        "train_unembed": True,
+        "train_mlp": True,
+        "train_attn": True,
+    }

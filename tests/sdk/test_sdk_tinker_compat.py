@@ -116,6 +116,8 @@ EXTRA_FIELDS = {
     ("Checkpoint", "base_model"),  # tinker 0.39
     ("TryAgainResponse", "queue_state_reason"),
     ("LoraConfig", "alpha"),
+    ("LoraConfig", "train_projector"),  # a VLM's projector (docs/vision.md)
+    ("WeightsInfoResponse", "train_projector"),
     ("CreateSamplingSessionRequest", "model_id"),
     ("SaveWeightsForSamplerRequest", "merge_weights"),
     ("GetInfoResponse", "session_id"),

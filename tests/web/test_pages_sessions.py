@@ -832,3 +832,14 @@ def test_the_session_list_shows_what_each_run_cost(alice, charlie, worker):
         r'>(paid-run|free-run)</a>.*?<td class="num">(\$[\d.,]+)</td>', html, re.S)}  # fmt: skip
     assert rows == {"paid-run": "$0.60", "free-run": "$0.00"}, rows
     assert "paid-run" not in charlie.get("/sessions").content.decode()
+
+
+def test_the_lora_description_names_the_projector_only_when_adapted() -> None:
+    from web.session_page import lora_view
+    from web.snippets import _lora_args
+
+    shown = dict(lora_view({"rank": 8, "train_projector": True}))
+    assert "adapts the vision projector" in shown
+    assert "adapts the vision projector" not in dict(lora_view({"rank": 8}))
+    assert _lora_args({"rank": 8, "train_projector": True}) == "rank=8, train_projector=True"
+    assert _lora_args({"rank": 8}) == "rank=8"

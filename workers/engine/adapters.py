@@ -31,6 +31,7 @@ from .optim import AdamState, optimizer_family
 PLACEHOLDER = "lw_placeholder"
 _ATTN = re.compile(r"(self_attn|attention|attn)\.")
 _MLP = re.compile(r"(mlp|feed_forward|ffn)\.")
+_PROJECTOR_NAMES = ("multi_modal_projector", "mm_projector", "connector", "merger")
 
 
 @dataclass(frozen=True)
@@ -44,25 +45,33 @@ class AdapterConfig:
     train_mlp: bool = True
     train_unembed: bool = True
     optimizer: str = "adamw"  # fixed for the adapter's lifetime; saved with its state
+    train_projector: bool = False  # a VLM's projector (between vision tower and language model)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if not self.train_projector:  # written only when on: older workers read the rest
+            del out["train_projector"]
+        return out
 
 
 def linear_targets(model: PreTrainedModel) -> dict[str, list[str]]:
-    """Names of the base model's linear layers by group: attn, mlp, unembed. A vision-language
-    model's vision encoder stays frozen: only its language model is adapted."""
-    groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": []}
+    """Names of the base model's linear layers by group: attn, mlp, unembed, and a
+    vision-language model's projector. Its vision encoder stays frozen: never a target."""
+    groups: dict[str, list[str]] = {"attn": [], "mlp": [], "unembed": [], "projector": []}
     out_emb = model.get_output_embeddings()
     vision = _vision_encoder(model)
     frozen = set() if vision is None else {id(m) for m in vision.modules()}
+    projector = None if vision is None else _projector(model, frozen)
+    in_projector = set() if projector is None else {id(m) for m in projector.modules()}
     for name, module in model.named_modules():
         if id(module) in frozen:
             continue
         if module is out_emb:
             groups["unembed"].append(name)
         elif isinstance(module, torch.nn.Linear):
-            if _ATTN.search(name):
+            if id(module) in in_projector:
+                groups["projector"].append(name)
+            elif _ATTN.search(name):
                 groups["attn"].append(name)
             elif _MLP.search(name):
                 groups["mlp"].append(name)
@@ -78,15 +87,29 @@ def _vision_encoder(model: PreTrainedModel) -> torch.nn.Module | None:
     return None
 
 
+def _projector(model: PreTrainedModel, frozen: set[int]) -> torch.nn.Module | None:
+    """The module that maps the vision tower's features into the language model (LLaVA's
+    ``multi_modal_projector``), found by name outside the vision tower."""
+    for name, module in model.named_modules():
+        if id(module) not in frozen and name.rsplit(".", 1)[-1] in _PROJECTOR_NAMES:
+            return module
+    return None
+
+
 def peft_config(cfg: AdapterConfig, targets: dict[str, list[str]]) -> peft.LoraConfig:
     chosen = []
     for group, on in (
         ("attn", cfg.train_attn),
         ("mlp", cfg.train_mlp),
         ("unembed", cfg.train_unembed),
+        ("projector", cfg.train_projector),
     ):
         if on:
             chosen += targets[group]
+    if cfg.train_projector and not targets["projector"]:
+        raise InvalidInput(
+            "lora_config.train_projector", "the base model has no projector (not a VLM)"
+        )
     if not chosen:
         raise InvalidInput("lora_config", "train_attn, train_mlp and train_unembed are all false")
     # Exact module paths: a leaf such as "lm_head" must not match elsewhere.
@@ -130,7 +153,7 @@ class AdapterPool:
         with _quiet():
             self.model: PeftModel = peft.get_peft_model(base, placeholder, adapter_name=PLACEHOLDER)
         self.model.eval()
-        self.router = LoRARouter(self.model)
+        self.router = LoRARouter(self.model, per_image=self.targets["projector"])
         self._entries: dict[str, _Entry] = {}
         self._lru: OrderedDict[str, None] = OrderedDict()
         self._param_cache: dict[str, dict[str, torch.nn.Parameter]] = {}

@@ -464,12 +464,14 @@ class ModelHost:
                 meta.lora.train_attn,
                 meta.lora.train_mlp,
                 meta.lora.train_unembed,
+                meta.lora.train_projector,
             )
             if shape != (
                 current.rank,
                 current.train_attn,
                 current.train_mlp,
                 current.train_unembed,
+                current.train_projector,
             ):
                 raise CheckpointError(
                     f"checkpoint LoRA config {meta.lora} does not match the model's {current}"

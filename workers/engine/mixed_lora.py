@@ -7,6 +7,10 @@ adapter ``a`` to its own rows only, so an adapter's gradients come from its rows
 grouped by adapter (contiguous slices when the caller sorts them, index lists otherwise): plain
 torch, one pair of matmuls per adapter and layer, the place a fused kernel would go. With no plan
 set, a layer runs peft's own forward (peft's active adapter), as before.
+
+A vision-language model's projector reads images, not rows: its dim 0 is the batch's images in
+row order. Its LoRA layers (``per_image``) follow the plan's ``images``, each image taking the
+adapter of the row it belongs to.
 """
 
 from __future__ import annotations
@@ -31,10 +35,22 @@ class RowPlan:
     rows: int = 0  # batch size (needed only for the stacked path)
     # per set of adapters a layer has: each row's scaling on the stacked rank columns
     scales: dict = field(default_factory=dict, compare=False, repr=False)
+    # the same for the batch's images (dim 0 of a projector's input); None: no image
+    images: RowPlan | None = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, names: Sequence[str | None], device: torch.device) -> RowPlan:
-        """A plan from each row's adapter name (None: the base model)."""
+    def of(
+        cls,
+        names: Sequence[str | None],
+        device: torch.device,
+        images_per_row: Sequence[int] | None = None,
+    ) -> RowPlan:
+        """A plan from each row's adapter name (None: the base model), and from how many
+        images each row holds (their pixels concatenated in row order)."""
+        images = None
+        if images_per_row is not None and any(images_per_row):
+            per_image = [n for n, k in zip(names, images_per_row, strict=True) for _ in range(k)]
+            images = cls.of(per_image, device)
         positions: dict[str, list[int]] = {}
         for row, name in enumerate(names):
             if name is not None:
@@ -48,23 +64,25 @@ class RowPlan:
                 groups.append((name, slice(first, last + 1)))
             else:
                 groups.append((name, torch.tensor(rows, device=device)))
-        return cls(tuple(groups), len(names))
+        return cls(tuple(groups), len(names), images=images)
 
 
 class LoRARouter:
     """Routes each batch row through its own adapter in every peft LoRA linear layer."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, per_image: Sequence[str] = ()) -> None:
         self.model = model
+        self.per_image = tuple(per_image)  # module paths (in the base) of projector layers
         self.plan: RowPlan | None = None
         self._stacks: dict | None = None  # while weights are frozen: concatenated A and B
         self.refresh()
 
     def refresh(self) -> None:
         """Take over layers peft wrapped since the last call (a new adapter's new targets)."""
-        for module in self.model.modules():
+        for name, module in self.model.named_modules():
             if isinstance(module, LoraLinear) and not getattr(module, "_lw_routed", False):
-                module.forward = _routed_forward(module, self)  # type: ignore[method-assign]
+                images = any(name == p or name.endswith("." + p) for p in self.per_image)
+                module.forward = _routed_forward(module, self, images)  # type: ignore[method-assign]
                 setattr(module, "_lw_routed", True)  # noqa: B010  # nn.Module typing
 
     @contextlib.contextmanager
@@ -119,13 +137,17 @@ def _stacked(layer: LoraLinear, plan: RowPlan, stacks: dict, x: torch.Tensor) ->
     return torch.nn.functional.linear(features * scales.view(shape), b_cat)
 
 
-def _routed_forward(layer: LoraLinear, router: LoRARouter):
+def _routed_forward(layer: LoraLinear, router: LoRARouter, images: bool = False):
     peft_forward = type(layer).forward
 
     def forward(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         plan = router.plan
         if plan is None:
             return peft_forward(layer, x, *args, **kwargs)
+        if images:  # a projector layer: its rows are the batch's images
+            plan = plan.images
+            if plan is None:
+                return layer.base_layer(x, *args, **kwargs)
         result = layer.base_layer(x, *args, **kwargs)
         dtype = result.dtype
         if router._stacks is not None and len(plan.groups) > 1 and not torch.is_grad_enabled():

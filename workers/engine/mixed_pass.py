@@ -23,7 +23,7 @@ from .datums import PackedDatum, validate_datums
 from .errors import EngineError, InvalidInput
 from .losses import LossSpec, resolve_loss
 from .mixed_lora import RowPlan
-from .vision import Pixels, VisionInputs, concat_pixels
+from .vision import Pixels, VisionInputs, concat_pixels, image_count
 
 
 @dataclass(frozen=True)
@@ -203,7 +203,11 @@ class MixedPass:
             start, _ = spans.get(r.job, (pos, pos))
             spans[r.job] = (start, pos + 1)
         ids_B_T, targets_B_T, mask_B_T = _pack_tokens(order, self.device)
-        plan = RowPlan.of([live[r.job].adapter for r in order], self.device)
+        plan = RowPlan.of(
+            [live[r.job].adapter for r in order],
+            self.device,
+            [image_count(r.datum.pixels) for r in order],
+        )
         with torch.set_grad_enabled(backward), self.pool.router.rows(plan):
             pixels = concat_pixels([r.datum.pixels for r in order])
             p_B_T = self.target_logprobs(ids_B_T, targets_B_T, pixels)

@@ -44,7 +44,7 @@ from .prompt_scoring import (
 )
 from .sample_job import SAMPLE_OPTIONS, SampleJob, validate_job
 from .sample_result import SampledSeq, SampledToken, SampleResult, TokenSink
-from .vision import VisionInputs, concat_pixels, pixels_to
+from .vision import VisionInputs, concat_pixels, image_count, pixels_to
 
 __all__ = [
     "SAMPLE_OPTIONS",
@@ -172,7 +172,8 @@ class Sampler:
         keep = max(needed)
         pixels = concat_pixels([job.pixels for job in jobs])
         dtype = getattr(self.model, "dtype", torch.float32)
-        with self.router.rows(RowPlan.of(adapters, self.device)):
+        images = [image_count(job.pixels) for job in jobs]
+        with self.router.rows(RowPlan.of(adapters, self.device, images)):
             out = self.model(
                 **pixels_to(pixels, self.device, dtype),
                 input_ids=ids,

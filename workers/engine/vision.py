@@ -172,6 +172,13 @@ def concat_pixels(parts: Sequence[Pixels | None]) -> Pixels | None:
     return {k: torch.cat([p[k] for p in present]) for k in present[0]}
 
 
+def image_count(pixels: Pixels | None) -> int:
+    """How many images an input's tensors hold (dim 0 is one per image)."""
+    if not pixels:
+        return 0
+    return int(next(iter(pixels.values())).shape[0])
+
+
 def pixels_to(pixels: Pixels | None, device: torch.device, dtype: torch.dtype) -> Pixels:
     """Keyword arguments for the model: floating tensors in the model's dtype."""
     if pixels is None:

@@ -68,6 +68,8 @@ def create_model(request: Request) -> Response:
     req = parse(request, CreateModelRequest)
     lora = req.lora_config.model_dump(mode="json") if req.lora_config else {"rank": 32}
     lora.pop("type", None)
+    if not lora.get("train_projector"):  # written only when on: earlier requests digest as before
+        lora.pop("train_projector", None)
     family = req.optimizer_config.type if req.optimizer_config else "adamw"
     lora = with_optimizer(lora, family)
     replicas = req.replicas or 1  # not sent (tinker's SDKs): one worker
@@ -143,6 +145,7 @@ def weights_info(request: Request) -> Response:
             "train_unembed": lora.get("train_unembed", True),
             "train_mlp": lora.get("train_mlp", True),
             "train_attn": lora.get("train_attn", True),
+            "train_projector": bool(lora.get("train_projector", False)),
             "lora_alpha": lora.get("alpha"),
             "checkpoint_type": ckpt.kind,
             "optimizer": optimizer_of(lora),

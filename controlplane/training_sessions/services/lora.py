@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from controlplane.errors import DomainError
+from controlplane.fleet.models import BaseModel
 
 OPTIMIZERS = ("adamw", "dimuon")
 # The engine's limit (workers.engine.host.HostConfig.max_lora_rank): a worker refuses larger.
@@ -22,8 +23,8 @@ def _number(value: object, field: str, what: str) -> float:
 
 
 def lora_checked(lora: dict) -> dict:
-    """``lora`` (rank, alpha, seed, train_attn, train_mlp, train_unembed) as a worker will take
-    it, or a 400 naming the first field that no worker would accept."""
+    """``lora`` (rank, alpha, seed, train_attn, train_mlp, train_unembed, train_projector) as a
+    worker will take it, or a 400 naming the first field that no worker would accept."""
     rank = lora.get("rank", DEFAULT_RANK)
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise DomainError("lora_config.rank: a whole number", field="lora_config.rank")
@@ -53,7 +54,28 @@ def lora_checked(lora: dict) -> dict:
             "would adapt nothing",
             field="lora_config",
         )
+    projector = lora.get("train_projector", False)
+    if not isinstance(projector, bool):
+        raise DomainError(
+            "lora_config.train_projector: true or false", field="lora_config.train_projector"
+        )
     return lora
+
+
+def projector_checked(lora: dict, base_model: str) -> None:
+    """``train_projector`` asks for a vision-language base model: a text model (one whose
+    workers registered that it takes no images) has no projector to adapt."""
+    if not lora.get("train_projector"):
+        return
+    per_image = (
+        BaseModel.objects.filter(name=base_model).values_list("image_tokens", flat=True).first()
+    )
+    if per_image is None:
+        raise DomainError(
+            f"lora_config.train_projector: base model {base_model!r} is a text model and has "
+            "no projector; it applies to vision-language base models only",
+            field="lora_config.train_projector",
+        )
 
 
 def optimizer_of(lora: dict) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
 from ._base import RequestModel
 from .limits import Seed
@@ -33,3 +33,17 @@ class LoraConfig(RequestModel):
 
     train_attn: bool = True
     """Whether the attention layers get adapters."""
+
+    train_projector: bool = False
+    """Whether a vision-language base model's projector (between its vision tower and its
+    language model) gets adapters too; a text base model refuses True (Loopwright extension).
+    Sent only when True, so a body without it reads as it always did."""
+
+    @model_serializer(mode="wrap")
+    def _projector_only_when_on(
+        self, handler: SerializerFunctionWrapHandler, info: SerializationInfo
+    ) -> Any:
+        out = handler(self)
+        if isinstance(out, dict) and out.get("train_projector") is False:
+            del out["train_projector"]
+        return out

@@ -231,6 +231,9 @@ class WeightsInfoResponse(ResponseModel):
     train_attn: bool | None = None
     """Whether the attention layers have adapters."""
 
+    train_projector: bool | None = None
+    """Whether a vision-language model's projector has adapters (Loopwright)."""
+
     optimizer: str | None = None
     """The optimizer family of the model it was saved from, ``adamw`` or ``dimuon``
     (Loopwright); its optimizer state loads only into a model of that family."""

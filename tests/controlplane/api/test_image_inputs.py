@@ -101,3 +101,40 @@ def test_the_registered_count_is_written_into_an_image_without_one(alice, model)
     op = Operation.objects.get(id=r.json()["request_id"])
     chunk = op.payload["forward_backward_input"]["data"][0]["model_input"]["chunks"][1]
     assert chunk["expected_tokens"] == 16
+
+
+def projector_model(person, session_id: str, seq: int = 0, **lora) -> object:
+    body = {
+        "session_id": session_id,
+        "model_seq_id": seq,
+        "base_model": TINY,
+        "lora_config": {"rank": 4, "seed": 0, **lora},
+    }
+    return person.post("create_model", body)
+
+
+def test_train_projector_needs_a_vision_language_base_model(alice, charlie, runtime) -> None:
+    from controlplane.training_sessions.models import TrainingModel
+
+    session = open_session(alice)
+    r = projector_model(alice, session, train_projector=True)
+    detail = refused(r, "lora_config.train_projector")
+    assert TINY in detail and "text model" in detail
+    assert not TrainingModel.objects.filter(session_id=session).exists()
+    # another account's session is not found, whatever its lora_config
+    assert projector_model(charlie, session, train_projector=True).status_code == 404
+    assert projector_model(charlie, session).status_code == 404
+    # a base model registered as taking images has a projector: the flag is kept
+    BaseModel.objects.filter(name=TINY).update(image_tokens=16)
+    r = projector_model(alice, session, train_projector=True)
+    assert r.status_code == 200, r.content
+    model_id = r.json()["model_id"]
+    assert TrainingModel.objects.get(id=model_id).lora["train_projector"] is True
+    info = alice.post("get_info", {"model_id": model_id})
+    assert info.status_code == 200 and info.json()["lora"]["train_projector"] is True
+    assert charlie.post("get_info", {"model_id": model_id}).status_code == 404
+    # absent or false: not written, so a model and its requests read as they always did
+    for seq, lora in ((1, {}), (2, {"train_projector": False})):
+        r = projector_model(alice, session, seq, **lora)
+        assert r.status_code == 200, r.content
+        assert "train_projector" not in TrainingModel.objects.get(id=r.json()["model_id"]).lora
