@@ -22,7 +22,7 @@ from functools import cache
 from django.db import connection
 from django.utils import timezone
 
-from controlplane import dispatch, row_mapper
+from controlplane import row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
@@ -35,6 +35,7 @@ from controlplane.training_sessions.models import (
 )
 
 from .admission import OPEN_STATES, TOUCH_SECONDS
+from .statement_rows import inserted, operation_values
 
 READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the sampler's row rather than from a value
@@ -93,7 +94,7 @@ def submit(
         -1 if highest_token is None else highest_token,
         needs_context,
         seq_id,
-        *_operation_values(op),
+        *operation_values(op, _FROM_SAMPLER),
         *row_mapper.insert_values(audit),
         now,
         now - timedelta(seconds=TOUCH_SECONDS),
@@ -107,22 +108,7 @@ def submit(
     session_id, worker_id, queue, base_model, live_model_id = row
     op.session_id, op.sampling_session_id, op.worker_id = session_id, sampling_session_id, worker_id
     op.plan = {"base_model": base_model, "adapter": live_model_id}  # as the statement wrote it
-    if worker_id is not None:
-        op.worker = Worker(id=worker_id, queue=queue)
-    op._state.adding = False
-    op._state.db = connection.alias
-    audit._state.adding = False
-    if op.worker is not None:  # the insert's trigger woke it on PostgreSQL; else the broker
-        dispatch.wake_worker(op.worker.queue, inserted=True)
-    return op
-
-
-def _operation_values(op: Operation) -> list:
-    return [
-        f.get_db_prep_save(f.pre_save(op, True), connection)
-        for f in Operation._meta.concrete_fields
-        if f.name not in _FROM_SAMPLER
-    ]
+    return inserted(op, audit, worker_id, queue)
 
 
 @cache

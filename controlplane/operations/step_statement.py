@@ -20,13 +20,14 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from controlplane import dispatch, row_mapper
+from controlplane import row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
 
 from .admission import OPEN_STATES, TOUCH_SECONDS, digest, retry_key
+from .statement_rows import inserted, operation_values
 
 READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the model's row rather than from a value
@@ -90,7 +91,7 @@ def submit(
         longest_input,
         optimizer,
         seq_id,
-        *_operation_values(op),
+        *operation_values(op, _FROM_MODEL),
         *row_mapper.insert_values(audit),
         now,
         stale,
@@ -106,22 +107,7 @@ def submit(
     session_id, worker_id, queue, base_model = row
     op.session_id, op.model_id, op.worker_id = session_id, model_id, worker_id
     op.plan = {"adapter": model_id, "base_model": base_model}  # as the statement wrote it
-    if worker_id is not None:
-        op.worker = Worker(id=worker_id, queue=queue)
-    op._state.adding = False
-    op._state.db = connection.alias
-    audit._state.adding = False
-    if op.worker is not None:  # the insert's trigger woke it on PostgreSQL; else the broker
-        dispatch.wake_worker(op.worker.queue, inserted=True)
-    return op
-
-
-def _operation_values(op: Operation) -> list:
-    return [
-        f.get_db_prep_save(f.pre_save(op, True), connection)
-        for f in Operation._meta.concrete_fields
-        if f.name not in _FROM_MODEL
-    ]
+    return inserted(op, audit, worker_id, queue)
 
 
 @cache
