@@ -67,12 +67,33 @@ def decide(
     context: Mapping[str, Any] | None = None,
 ) -> tuple[Decision, AuditEvent]:
     """The decision and its audit row, not yet written (``check`` writes it)."""
+    decision, values = _evaluate(principal, action, resource, request, context)
+    return decision, _event(principal, action, resource, decision, values)
+
+
+def _evaluate(
+    principal: Principal,
+    action: str,
+    resource: str,
+    request,
+    context: Mapping[str, Any] | None,
+) -> tuple[Decision, dict[str, Any]]:
     assert action in ACTIONS, f"undocumented action {action}"  # noqa: S101 — an invariant of this code, not a check of input
     values = request_context(principal, request) | dict(context or {})
     decision = evaluate(
         principal.policies(), AccessRequest(action, resource, principal.arn, values)
     )
-    event = audit_event(
+    return decision, values
+
+
+def _event(
+    principal: Principal,
+    action: str,
+    resource: str,
+    decision: Decision,
+    values: Mapping[str, Any],
+) -> AuditEvent:
+    return audit_event(
         tenant=principal.tenant,
         principal=principal.arn,
         action=action,
@@ -87,7 +108,6 @@ def decide(
         user_agent=str(values.get("loopwright:UserAgent", "")),
         api_key=principal.api_key.prefix if principal.api_key else "",
     )
-    return decision, event
 
 
 def check(
@@ -100,12 +120,13 @@ def check(
     audit_allowed: bool = True,
 ) -> Decision:
     """Decide and audit, without raising. ``audit_allowed=False``: an allowed decision is not
-    recorded (a dashboard's automatic refresh of what its audited page view showed); a refused
-    one always is."""
-    decision, event = decide(principal, action, resource, request=request, context=context)
+    recorded, nor its audit row built (a dashboard's automatic refresh of what its audited page
+    view showed; a streamed answer's retrieve, part of the submit it answers); a refused one
+    always is."""
+    decision, values = _evaluate(principal, action, resource, request, context)
     if decision.allowed and not audit_allowed:
         return decision
-    audit_save(event)
+    audit_save(_event(principal, action, resource, decision, values))
     return decision
 
 
