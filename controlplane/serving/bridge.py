@@ -2,7 +2,9 @@
 (spooled to a file past 1 MiB, refused with 413 past the body limit), so a thread is taken only
 by a request that has fully arrived; the app then runs in a bounded thread pool, its response
 streams back chunk by chunk as the app yields them (SSE, NDJSON, long polls), and a client that
-has gone, or reads nothing for the deadline, stops the app's iteration (``close()`` runs)."""
+has gone, or reads nothing for the deadline, stops the app's iteration (``close()`` runs). A
+response that is not streamed is sent whole once the thread returns: no hand-off between the
+thread and the loop beyond the thread's own start and return."""
 
 from __future__ import annotations
 
@@ -45,20 +47,29 @@ class WsgiBridge:
         gone = asyncio.Event()
         watcher = loop.create_task(_watch(receive, gone))
 
-        def emit(message: dict) -> None:  # from the app's thread
+        def emit(messages: list[dict]) -> None:  # from the app's thread
             if gone.is_set():
                 raise ClientGone("the client went away")
-            sent = asyncio.run_coroutine_threadsafe(self._send(send, message, gone), loop)
+            sent = asyncio.run_coroutine_threadsafe(self._send_all(send, messages, gone), loop)
             sent.result()
 
         context = contextvars.copy_context()
         try:
-            await loop.run_in_executor(
+            rest = await loop.run_in_executor(
                 self.executor, context.run, _respond, self.app, environ, emit
             )
+            if rest and not gone.is_set():
+                try:
+                    await self._send_all(send, rest, gone)
+                except ClientGone as left:
+                    log.info("stopped a response: %s", left)
         finally:
             watcher.cancel()
             body.close()
+
+    async def _send_all(self, send, messages: list[dict], gone: asyncio.Event) -> None:
+        for message in messages:
+            await self._send(send, message, gone)
 
     async def _send(self, send, message: dict, gone: asyncio.Event) -> None:
         try:
@@ -125,8 +136,12 @@ async def _too_large(send, length: int | None, limit: int) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def _respond(app, environ: dict, emit: Callable[[dict], None]) -> None:
-    """Run the WSGI app (PEP 3333) in this thread; headers go out with the first chunk."""
+def _respond(app, environ: dict, emit: Callable[[list[dict]], None]) -> list[dict]:
+    """Run the WSGI app (PEP 3333) in this thread. What the app yields while it runs goes out
+    as it comes (headers with the first chunk, in one hand-off to the event loop); what is
+    left once it has returned, the thread hands back for the loop to send: the whole of a
+    response that is not streamed (one hand-off for all of it, the thread's own return), the
+    end of one that is."""
     started: dict[str, Any] = {}
 
     def start_response(status: str, headers, exc_info=None):
@@ -136,24 +151,29 @@ def _respond(app, environ: dict, emit: Callable[[dict], None]) -> None:
             status=int(status.split(" ", 1)[0]),
             headers=[(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers],
         )
-        return lambda chunk: _chunk(chunk, more=True)
+        return lambda chunk: emit(_messages(chunk, more=True)) if chunk else None
 
-    def _chunk(chunk: bytes, *, more: bool) -> None:
+    def _messages(chunk: bytes, *, more: bool) -> list[dict]:
+        out = []
         if not started.get("sent"):
             started["sent"] = True
-            emit({"type": "http.response.start", "status": started["status"],
-                  "headers": started["headers"]})  # fmt: skip
+            out.append({"type": "http.response.start", "status": started["status"],
+                        "headers": started["headers"]})  # fmt: skip
         if chunk or not more:
-            emit({"type": "http.response.body", "body": chunk, "more_body": more})
+            out.append({"type": "http.response.body", "body": chunk, "more_body": more})
+        return out
 
     iterable = app(environ, start_response)
     try:
+        if getattr(iterable, "streaming", None) is False:  # Django's HttpResponse: all here
+            return _messages(b"".join(iterable), more=False)
         for chunk in iterable:
             if chunk:
-                _chunk(chunk, more=True)
-        _chunk(b"", more=False)
+                emit(_messages(chunk, more=True))
+        return _messages(b"", more=False)
     except ClientGone as gone:
         log.info("stopped a response: %s", gone)
+        return []
     finally:
         close = getattr(iterable, "close", None)
         if close is not None:
