@@ -2,9 +2,17 @@
 running a loop of forward_backward + optim_step, then of samples, at once, through our SDK,
 gunicorn, PostgreSQL and one worker process on the tiny model. Prints operations per second,
 forward_backward p50/p99, the operations per engine call the worker reports, and each N's
-throughput as a ratio to one session alone.
+throughput as a ratio to one session alone; then where an operation's time went, from the
+worker's own metrics: its mean wait from submit to claim (``queue``), from claim to recorded
+completion (``run``), the rest of the round trip (the client, HTTP, the control plane and the
+notice back: the mean latency less both), and how busy the worker's engine was (its CPU in
+engine calls over the loop's wall time).
 
     python -m bench.scheduler_bench [--sessions 1,2,4,8] [--steps 30] [--pass-tokens 16384]
+                                    [--pipelined]
+
+``--pipelined``: each training step sends forward_backward and optim_step before waiting for
+either, as the example loop does (the default waits for each before sending the next).
 
 ``--pass-tokens 1`` puts every forward_backward and sample over the budget, so each runs alone
 in its own engine call, as before the worker packed sessions together (same stack, same loop;
@@ -79,7 +87,9 @@ def _together(count: int, loop) -> float:
     return time.perf_counter() - started
 
 
-def training(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
+def training(
+    stack: Stack, count: int, w: Workload, *, pipelined: bool = False
+) -> tuple[Tally, float]:
     tally = Tally()
 
     def loop(index: int, ready: threading.Barrier) -> None:
@@ -88,6 +98,9 @@ def training(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
             ready.wait()
             for step in range(w.steps):
                 data = batch(index, step, w)
+                if pipelined:
+                    _pipelined_step(tally, tc, data)
+                    continue
                 tally.timed(
                     "forward_backward",
                     lambda data=data: tc.forward_backward(data, "cross_entropy").result(),
@@ -98,6 +111,17 @@ def training(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
             tc.stop()
 
     return tally, _together(count, loop)
+
+
+def _pipelined_step(tally: Tally, tc, data: list[Datum]) -> None:
+    """Both sent, then both awaited; each one's latency from the step's start to its result."""
+    started = time.perf_counter()
+    fb = tc.forward_backward(data, "cross_entropy")
+    opt = tc.optim_step(AdamParams(learning_rate=1e-3))
+    for kind, future in (("forward_backward", fb), ("optim_step", opt)):
+        tally.timed(kind, future.result)
+        with tally.lock:
+            tally.latencies[kind][-1] = (time.perf_counter() - started) * 1000
 
 
 def sampling(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
@@ -115,23 +139,59 @@ def sampling(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
     return tally, _together(count, loop)
 
 
-def ops_per_call(metrics_url: str) -> dict[str, tuple[float, float]]:
-    """(operations, engine calls) per kind, from the worker's own /metrics."""
+SERIES = {
+    "loopwright_worker_engine_call_operations": "calls",
+    "loopwright_operation_queue_seconds": "queue",
+    "loopwright_operation_run_seconds": "run",
+}
+
+
+def worker_metrics(metrics_url: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """(sum, count) per (series, kind) of the worker's histograms that the rows need, and
+    ("engine", "cpu") the CPU seconds of its engine calls, from its own /metrics."""
     text = httpx.get(metrics_url, timeout=10).text
-    out: dict[str, list[float]] = {}
+    out: dict[tuple[str, str], list[float]] = {("engine", "cpu"): [0.0, 0.0]}
     for line in text.splitlines():
-        for suffix, slot in (("_sum", 0), ("_count", 1)):
-            name = f"loopwright_worker_engine_call_operations{suffix}"
-            if line.startswith(name + "{"):
-                kind = line.split('kind="', 1)[1].split('"', 1)[0]
-                out.setdefault(kind, [0.0, 0.0])[slot] = float(line.rsplit(" ", 1)[1])
+        if line.startswith("loopwright_worker_engine_cpu_seconds_total{"):
+            out["engine", "cpu"][0] += float(line.rsplit(" ", 1)[1])
+            continue
+        for name, series in SERIES.items():
+            for suffix, slot in (("_sum", 0), ("_count", 1)):
+                if line.startswith(name + suffix + "{"):
+                    kind = line.split('kind="', 1)[1].split('"', 1)[0]
+                    out.setdefault((series, kind), [0.0, 0.0])[slot] = float(line.rsplit(" ", 1)[1])
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _delta(after: dict, before: dict, kind: str) -> str:
-    ops = after.get(kind, (0, 0))[0] - before.get(kind, (0, 0))[0]
-    calls = after.get(kind, (0, 0))[1] - before.get(kind, (0, 0))[1]
-    return f"{ops / calls:5.2f}" if calls else "    -"
+@dataclass(frozen=True)
+class Spent:
+    """Where one loop's operations of ``kind`` spent their time, from the worker's metrics
+    before and after the loop."""
+
+    per_call: float | None  # operations per engine call
+    queue_ms: float | None  # mean, submit to claim
+    run_ms: float | None  # mean, claim to recorded completion
+    engine_busy: float  # engine CPU seconds over the loop's wall seconds
+
+    @classmethod
+    def between(cls, before: dict, after: dict, kind: str, seconds: float) -> Spent:
+        def delta(series: str) -> tuple[float, float]:
+            (s1, c1), (s0, c0) = (
+                after.get((series, kind), (0, 0)),
+                before.get((series, kind), (0, 0)),
+            )
+            return s1 - s0, c1 - c0
+
+        def mean(series: str, scale: float = 1.0) -> float | None:
+            total, count = delta(series)
+            return total / count * scale if count else None
+
+        busy = after["engine", "cpu"][0] - before["engine", "cpu"][0]
+        return cls(mean("calls"), mean("queue", 1000), mean("run", 1000), busy / seconds)
+
+
+def _cell(value: float | None, width: int, fmt: str = ".2f") -> str:
+    return f"{value:>{width}{fmt}}" if value is not None else f"{'-':>{width}}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -144,6 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--sample-tokens", type=int, default=16)
     p.add_argument("--pass-tokens", type=int, default=16384)
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS of every process of the stack")
+    p.add_argument(
+        "--pipelined", action="store_true", help="send optim_step before forward_backward's result"
+    )
     args = parse_with_quick(p, argv, {"sessions": "1,2", "steps": 3, "samples": 2})
     w = Workload(args.steps, args.datums, args.tokens, args.samples, args.sample_tokens)
     counts = [int(n) for n in args.sessions.split(",")]
@@ -159,57 +222,102 @@ def main(argv: list[str] | None = None) -> None:
         Stack("postgres-redis", Path(tempfile.mkdtemp(prefix="lw-sched-")), {"sched0": []}, env=env)
     )
     metrics_url = f"http://127.0.0.1:{stack.env['LOOPWRIGHT_WORKER_METRICS_PORT']}/metrics"
-    rows = []
+    rows: list[Row] = []
     try:
         training(stack, 1, Workload(3, w.datums, w.tokens, 1, w.sample_tokens))  # warm up
         for count in counts:
-            before = ops_per_call(metrics_url)
-            tally, seconds = training(stack, count, w)
-            after = ops_per_call(metrics_url)
-            fb = tally.latencies["forward_backward"]
-            n = sum(len(v) for v in tally.latencies.values())
-            errors = sum(len(v) for v in tally.errors.values())
-            per_call = (
-                f"{_delta(after, before, 'forward_backward')}/{_delta(after, before, 'optim_step')}"
-            )
-            rows.append(("train", count, n / seconds, fb, per_call, errors))
+            before = worker_metrics(metrics_url)
+            tally, seconds = training(stack, count, w, pipelined=args.pipelined)
+            after = worker_metrics(metrics_url)
+            rows.append(Row.of("train", count, tally, seconds, before, after, TRAINING))
         for count in counts:
-            before = ops_per_call(metrics_url)
+            before = worker_metrics(metrics_url)
             tally, seconds = sampling(stack, count, w)
-            after = ops_per_call(metrics_url)
-            ms = tally.latencies["sample"]
-            errors = sum(len(v) for v in tally.errors.values())
-            rows.append(
-                ("sample", count, len(ms) / seconds, ms, _delta(after, before, "sample"), errors)
-            )
+            after = worker_metrics(metrics_url)
+            rows.append(Row.of("sample", count, tally, seconds, before, after, ("sample",)))
     finally:
         stacks.stop(stack)
     print(
         f"\n1 worker (tiny model, cpu, threads {args.threads or 'default'}), pass budget "
         f"{args.pass_tokens} tokens; training: "
-        f"{w.steps} × (forward_backward {w.datums}×{w.tokens} tokens + optim_step) per session; "
+        f"{w.steps} × (forward_backward {w.datums}×{w.tokens} tokens + optim_step) per session"
+        f"{', both sent before waiting' if args.pipelined else ''}; "
         f"sampling: {w.samples} × (4 samples × {w.sample_tokens} tokens) per session; "
         "sessions alternate between two tenants"
     )
     header = f"{'loop':<7}{'sessions':>9}{'ops/s':>9}{'vs 1':>7}{'p50 ms':>9}{'p99 ms':>9}"
     print(header + f"{'ops/call':>12}{'errors':>8}")
     alone: dict[str, float] = {}
-    for loop, count, rate, ms, per_call, errors in rows:
-        alone.setdefault(loop, rate)
-        p50, p99 = percentile(ms, 0.5), percentile(ms, 0.99)
+    for row in rows:
+        alone.setdefault(row.loop, row.rate)
+        p50, p99 = percentile(row.ms, 0.5), percentile(row.ms, 0.99)
+        per_call = "/".join(_cell(row.spent[k].per_call, 5) for k in row.kinds)
         print(
-            f"{loop:<7}{count:>9}{rate:9.1f}{rate / alone[loop]:7.2f}{p50:9.1f}{p99:9.1f}"
-            f"{per_call:>12}{errors:>8}"
+            f"{row.loop:<7}{row.count:>9}{row.rate:9.1f}{row.rate / alone[row.loop]:7.2f}"
+            f"{p50:9.1f}{p99:9.1f}{per_call:>12}{row.errors:>8}"
         )
     print("(train: p50/p99 of forward_backward, ops/call = forward_backward/optim_step)")
-    eight = [r for r in rows if r[0] == "train" and r[1] == 8]
+    print(
+        "\nwhere the time went, means per operation (ms): queue = submit to claim, run = claim "
+        "to recorded completion,\nrest = the round trip's remainder (client, HTTP, control "
+        "plane, the notice back); engine = the worker's engine CPU over wall time"
+    )
+    print(f"{'loop':<7}{'sessions':>9}{'kind':>18}{'mean':>8}{'queue':>8}{'run':>8}{'rest':>8}"
+          f"{'engine':>8}")  # fmt: skip
+    for row in rows:
+        for kind in row.kinds:
+            spent, ms = row.spent[kind], row.tally.latencies.get(kind, [])
+            mean = sum(ms) / len(ms) if ms else None
+            rest = (
+                mean - spent.queue_ms - spent.run_ms
+                if None not in (mean, spent.queue_ms, spent.run_ms)
+                else None
+            )
+            print(
+                f"{row.loop:<7}{row.count:>9}{kind:>18}{_cell(mean, 8, '.1f')}"
+                f"{_cell(spent.queue_ms, 8, '.1f')}{_cell(spent.run_ms, 8, '.1f')}"
+                f"{_cell(rest, 8, '.1f')}{spent.engine_busy:8.0%}"
+            )
+    eight = [r for r in rows if r.loop == "train" and r.count == 8]
     if eight:
-        _, _, rate, fb, _, _ = eight[0]
-        p99 = percentile(fb, 0.99)
+        rate, p99 = eight[0].rate, percentile(eight[0].ms, 0.99)
         met = rate >= TARGET_OPS and p99 <= TARGET_P99_MS
         print(
             f"8 sessions: {rate:.1f} ops/s (target ≥ {TARGET_OPS:.0f}), forward_backward p99 "
             f"{p99:.1f} ms (target ≤ {TARGET_P99_MS:.0f}): {'met' if met else 'NOT met'}"
+        )
+
+
+TRAINING = ("forward_backward", "optim_step")
+
+
+@dataclass(frozen=True)
+class Row:
+    loop: str
+    count: int
+    rate: float  # operations per second
+    ms: list[float]  # the latencies the row's percentiles are of (forward_backward, sample)
+    errors: int
+    kinds: tuple[str, ...]
+    tally: Tally
+    spent: dict[str, Spent]
+
+    @classmethod
+    def of(
+        cls,
+        loop: str,
+        count: int,
+        tally: Tally,
+        seconds: float,
+        before: dict,
+        after: dict,
+        kinds: tuple[str, ...],
+    ) -> Row:
+        done = sum(len(v) for v in tally.latencies.values())
+        errors = sum(len(v) for v in tally.errors.values())
+        spent = {k: Spent.between(before, after, k, seconds) for k in kinds}
+        return cls(
+            loop, count, done / seconds, tally.latencies[kinds[0]], errors, kinds, tally, spent
         )
 
 
