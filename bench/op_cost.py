@@ -5,7 +5,11 @@ tiny model), from several sessions at once; per operation, the CPU milliseconds 
 sent (the foreign-key checks the server runs at commit apart), transactions, Redis commands and
 HTTP requests.
 
-    python -m bench.op_cost [--n 160] [--sessions 8] [--top 12]
+    python -m bench.op_cost [--n 160] [--sessions 8] [--top 12] [--kinds ...]
+
+Kinds: ``forward_backward`` (1 × 32 tokens), ``optim_step``, ``training_step`` (a
+forward_backward then an optim_step that applies its gradients, counted as one),
+``sample`` (4 × 16 tokens of the base model), ``retrieve_future`` (of a done operation).
 
 CPU comes from the processes' own accounting: utime + stime (+ the times of their children
 that ended) in /proc/<pid>/stat for each process tree, and for the engine the worker's
@@ -49,7 +53,10 @@ from .scheduler_bench import Workload, batch
 
 # the scheduler benchmark's operations (the sizes its targets are for)
 WORK = Workload(steps=0, datums=1, tokens=32, samples=0, sample_tokens=16)
-KINDS = ("forward_backward", "optim_step", "sample", "retrieve_future")
+# ``training_step``: a forward_backward then an optim_step of the same session, counted as one
+# (a pair; the optim_step phase alone has gradients to apply only at each session's first step,
+# so its row is a step's request, and the pair less forward_backward is a step with its update)
+KINDS = ("forward_backward", "optim_step", "training_step", "sample", "retrieve_future")
 PROCESSES = ("client", "web", "postgres", "redis", "worker", "engine")
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -236,6 +243,9 @@ class Sessions:
             future = tc.forward_backward(batch(who, step, WORK), "cross_entropy")
         elif kind == "optim_step":
             future = tc.optim_step(AdamParams(learning_rate=1e-3))
+        elif kind == "training_step":
+            tc.forward_backward(batch(who, step, WORK), "cross_entropy").result()
+            future = tc.optim_step(AdamParams(learning_rate=1e-3))
         elif kind == "sample":
             prompt = ModelInput.from_ints([1, 2, 3, (who + step) % 200])
             params = SamplingParams(max_tokens=WORK.sample_tokens, seed=step, stop=[])
@@ -386,7 +396,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"\nCPU per operation, {args.n} of each kind from {args.sessions} sessions at once, "
         f"tiny model (forward_backward: {WORK.datums} × {WORK.tokens} tokens; sample: 4 × "
-        f"{WORK.sample_tokens} tokens of the base model; retrieve_future: of a done operation), "
+        f"{WORK.sample_tokens} tokens of the base model; training_step: a forward_backward and the "
+        f"optim_step applying it, as one; retrieve_future: of a done operation), "
         f"one worker (threads {args.threads or 'default'}), {os.cpu_count()} cores"
     )
     print(table(costs))
