@@ -31,13 +31,19 @@ from controlplane.training_sessions.models import (
     SamplingSession,
     Session,
     TrainingModel,
-    new_id,
 )
 
 from .admission import OPEN_STATES, TOUCH_SECONDS
-from .statement_rows import inserted, operation_values
+from .statement_rows import (
+    READY_STATES,
+    insert_sql,
+    inserted,
+    new_operation,
+    operation_values,
+    written_with_operation,
+)
+from .statement_rows import available as available  # this path's switch: callers ask it here
 
-READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the sampler's row rather than from a value
 _FROM_SAMPLER = {
     "session": "ss.session_id",
@@ -45,12 +51,6 @@ _FROM_SAMPLER = {
     "worker": "ss.worker_id",
     "plan": "jsonb_build_object('base_model', ss.base_model, 'adapter', ss.live_model_id)",
 }
-
-
-def available() -> bool:
-    """Whether this path can be taken here: PostgreSQL, outside any transaction (the statement
-    commits by itself)."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
 def submit(
@@ -71,19 +71,17 @@ def submit(
     ``max_tokens`` past the sampler's context (``needs_context`` tokens), a ``seq_id`` already
     used, also by a concurrent request): the general path then says why."""
     now = timezone.now()
-    op = Operation(
-        id=request_id or new_id("req"),
+    op = new_operation(
         tenant=tenant,
-        seq_id=seq_id,
         kind=Operation.Kind.SAMPLE,
+        seq_id=seq_id,
         payload=payload,
         payload_digest=payload_digest,
-        created_at=now,
-        api_key=audit.api_key,  # the key whose request it is
+        audit=audit,
+        request_id=request_id,
+        now=now,
     )
-    outcome = audit.outcome
-    if audit.allowed and audit.mutating:  # written only together with the operation
-        audit.outcome = AuditEvent.Outcome.SUCCEEDED
+    outcome = written_with_operation(audit)
     tenant_id = SamplingSession._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
     params = [
         tenant_id,
@@ -117,13 +115,7 @@ def _statement() -> str:
     ops, samplers = q(Operation._meta.db_table), q(SamplingSession._meta.db_table)
     models, sessions = q(TrainingModel._meta.db_table), q(Session._meta.db_table)
     workers, base_models = q(Worker._meta.db_table), q(BaseModel._meta.db_table)
-    fields = Operation._meta.concrete_fields
-    columns = ", ".join(q(f.column) for f in fields)
-    values = ", ".join(
-        _FROM_SAMPLER[f.name] if f.name in _FROM_SAMPLER else _param(f) for f in fields
-    )
-    audit_fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
-    audit_values = ", ".join(_param(f) for f in audit_fields)
+    columns, values, audit_values = insert_sql(_FROM_SAMPLER)
     return f"""
         WITH ss AS (
             SELECT ss.id, ss.session_id, ss.worker_id, ss.base_model, ss.live_model_id,
@@ -155,7 +147,3 @@ def _statement() -> str:
         SELECT op.session_id, op.worker_id, w.queue, ss.base_model, ss.live_model_id
         FROM op CROSS JOIN ss LEFT JOIN {workers} w ON w.id = op.worker_id
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-
-
-def _param(field) -> str:
-    return f"%s::{field.cast_db_type(connection)}"

@@ -24,12 +24,19 @@ from controlplane import row_mapper
 from controlplane.audit.models import AuditEvent
 from controlplane.fleet.models import BaseModel, Worker
 from controlplane.tenants.models import Tenant
-from controlplane.training_sessions.models import Operation, Session, TrainingModel, new_id
+from controlplane.training_sessions.models import Operation, Session, TrainingModel
 
 from .admission import OPEN_STATES, TOUCH_SECONDS, digest, retry_key
-from .statement_rows import inserted, operation_values
+from .statement_rows import (
+    READY_STATES,
+    insert_sql,
+    inserted,
+    new_operation,
+    operation_values,
+    written_with_operation,
+)
+from .statement_rows import available as available  # this path's switch: callers ask it here
 
-READY_STATES = (TrainingModel.State.CREATING, TrainingModel.State.READY)
 # what the statement fills in from the model's row rather than from a value
 _FROM_MODEL = {
     "session": "m.session_id",
@@ -37,12 +44,6 @@ _FROM_MODEL = {
     "worker": "m.worker_id",
     "plan": "jsonb_build_object('adapter', m.id, 'base_model', m.base_model)",
 }
-
-
-def available() -> bool:
-    """Whether this path can be taken here: PostgreSQL, outside any transaction (the statement
-    commits by itself)."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
 def submit(
@@ -64,20 +65,18 @@ def submit(
     family is not the model's, a datum longer than the model's context, ``longest_input``
     tokens): the general path then says why."""
     now = timezone.now()
-    op = Operation(
-        id=request_id or new_id("req"),
+    op = new_operation(
         tenant=tenant,
-        seq_id=seq_id,
         kind=kind,
+        seq_id=seq_id,
         payload=payload,
         payload_digest=digest(retry_key(kind, payload)),
-        created_at=now,
-        api_key=audit.api_key,  # the key whose request it is
+        audit=audit,
+        request_id=request_id,
+        now=now,
     )
     stale = now - timedelta(seconds=TOUCH_SECONDS)
-    outcome = audit.outcome
-    if audit.allowed and audit.mutating:  # written only together with the operation
-        audit.outcome = AuditEvent.Outcome.SUCCEEDED
+    outcome = written_with_operation(audit)
     tenant_id = TrainingModel._meta.get_field("tenant").get_db_prep_value(tenant.pk, connection)
     params = [
         tenant_id,
@@ -116,11 +115,7 @@ def _statement() -> str:
     ops, models = q(Operation._meta.db_table), q(TrainingModel._meta.db_table)
     sessions, workers = q(Session._meta.db_table), q(Worker._meta.db_table)
     base_models = q(BaseModel._meta.db_table)
-    fields = Operation._meta.concrete_fields
-    columns = ", ".join(q(f.column) for f in fields)
-    values = ", ".join(_FROM_MODEL[f.name] if f.name in _FROM_MODEL else _param(f) for f in fields)
-    audit_fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
-    audit_values = ", ".join(_param(f) for f in audit_fields)
+    columns, values, audit_values = insert_sql(_FROM_MODEL)
     return f"""
         WITH m AS (
             SELECT m.id, m.session_id, m.worker_id, m.base_model, m.last_request_at,
@@ -152,7 +147,3 @@ def _statement() -> str:
         SELECT op.session_id, op.worker_id, w.queue, m.base_model
         FROM op CROSS JOIN m LEFT JOIN {workers} w ON w.id = op.worker_id
     """  # noqa: S608 — identifiers from the models' metadata, every value a bound parameter
-
-
-def _param(field) -> str:
-    return f"%s::{field.cast_db_type(connection)}"
