@@ -11,11 +11,9 @@ import json
 from dataclasses import dataclass
 
 from controlplane.errors import DomainError
-from controlplane.kms import providers
-from controlplane.kms.envelope import is_sealed, open_bytes, seal_bytes
-from controlplane.kms.keyring import KeyRef, KmsError, TamperedError
-from controlplane.kms.selectors import key_ref_by_arn
-from controlplane.kms.services import save_sealing, sealing_context
+from controlplane.kms.blobs import open_blob, seal_blob
+from controlplane.kms.keyring import KmsError
+from controlplane.kms.services import save_sealing
 from controlplane.tenants.models import Tenant
 
 __all__ = [
@@ -88,9 +86,8 @@ def recorded_images_seal(
     """``images`` (``prompt_layout``'s) sealed with the session's key (``key_arn``) or the
     tenant's default one. Raises ``DomainError`` (the key is not Enabled) or ``KmsError``."""
     sealing = save_sealing(tenant=tenant, key_arn=key_arn, resource=_resource(recording_id))
-    key = key_ref_by_arn(tenant_id=tenant.pk, arn=sealing["key_arn"])
     body = json.dumps(images, sort_keys=True, separators=(",", ":")).encode()
-    return seal_bytes(body, key=key, provider=providers.provider(key), context=sealing["context"])
+    return seal_blob(tenant=tenant, sealing=sealing, body=body)
 
 
 def recorded_images_open(
@@ -101,20 +98,8 @@ def recorded_images_open(
     if not sealed:
         return ()
     resource = _resource(recording_id)
-    context = sealing_context(tenant, resource)
-
-    def lookup(arn: str) -> KeyRef:
-        return key_ref_by_arn(tenant_id=tenant.pk, arn=arn)
-
     try:
-        if not is_sealed(sealed):
-            raise TamperedError("the stored images are not sealed")
-        body = open_bytes(
-            sealed,
-            key_lookup=lookup,
-            provider_for_key=providers.provider,
-            expected_context=context,
-        )
+        body = open_blob(tenant=tenant, resource=resource, sealed=sealed)
     except KmsError as exc:
         raise DomainError(
             f"{field}: the images of {resource} cannot be opened: {exc}", field=field

@@ -17,11 +17,9 @@ import json
 from collections.abc import Iterator
 
 from controlplane.errors import DomainError
-from controlplane.kms import providers
-from controlplane.kms.envelope import is_sealed, open_bytes, seal_bytes
-from controlplane.kms.keyring import KeyRef, KmsError, TamperedError
-from controlplane.kms.selectors import key_ref_by_arn
-from controlplane.kms.services import KmsUnavailable, save_sealing, sealing_context
+from controlplane.kms.blobs import open_blob, seal_blob
+from controlplane.kms.keyring import KmsError
+from controlplane.kms.services import KmsUnavailable, save_sealing
 from controlplane.tenants.models import Tenant
 from controlplane.training_sessions.models import Operation, Session, new_id
 
@@ -70,12 +68,9 @@ def payload_seal(
     sealing = save_sealing(
         tenant=tenant, key_arn=(session.platform or {}).get("kms_key_arn"), resource=resource
     )
-    key = key_ref_by_arn(tenant_id=tenant.pk, arn=sealing["key_arn"])
     body = json.dumps(images, separators=(",", ":")).encode()
     try:
-        sealed = seal_bytes(
-            body, key=key, provider=providers.provider(key), context=sealing["context"]
-        )
+        sealed = seal_blob(tenant=tenant, sealing=sealing, body=body)
     except KmsError as exc:
         if type(exc) is KmsError:  # the key service failed, not the key
             raise KmsUnavailable(
@@ -120,19 +115,8 @@ def payload_open(op: Operation) -> dict:
         return payload
     resource = _resource(op.pk)
     tenant = Tenant.objects.get(pk=op.tenant_id)
-
-    def lookup(arn: str) -> KeyRef:
-        return key_ref_by_arn(tenant_id=op.tenant_id, arn=arn)
-
     try:
-        if not is_sealed(sealed):
-            raise TamperedError("the stored images are not sealed")
-        body = open_bytes(
-            sealed,
-            key_lookup=lookup,
-            provider_for_key=providers.provider,
-            expected_context=sealing_context(tenant, resource),
-        )
+        body = open_blob(tenant=tenant, resource=resource, sealed=sealed)
     except KmsError as exc:
         if type(exc) is KmsError:
             raise KmsUnavailable(
