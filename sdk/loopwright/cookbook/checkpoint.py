@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,20 @@ def should_eval(config: BaseConfig, steps_done: int) -> bool:
 def write_final(log_dir: str | Path, data: dict[str, Any]) -> None:
     """Record the run's outcome (final sampler and state paths, summary metrics) in final.json."""
     _write_json(Path(log_dir) / "final.json", data)
+
+
+def finish_run(
+    client: TrainingClient,
+    log_dir: str | Path,
+    first_eval: dict[str, float],
+    last_eval: dict[str, float],
+) -> dict[str, float]:
+    """A recipe's end: the final sampler weights saved, every held-out metric before and after
+    training (``<metric>_before``, ``<metric>_after``) written to final.json with their path
+    and said on stderr; returns the metrics."""
+    sampler_path = client.save_weights_for_sampler("final").result().path
+    summary = {f"{k}_before": v for k, v in first_eval.items()}
+    summary.update({f"{k}_after": v for k, v in last_eval.items()})
+    write_final(log_dir, {"sampler_path": sampler_path, **summary})
+    print(f"held-out: {summary}; sampler weights: {sampler_path}", file=sys.stderr)
+    return summary

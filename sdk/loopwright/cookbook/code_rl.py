@@ -11,7 +11,6 @@ than ``--max-steps-off-policy`` updates old is requeued and sampled again.
 from __future__ import annotations
 
 import random
-import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,11 +24,11 @@ from loopwright.types import AdamParams, Datum, ForwardBackwardOutput, SamplingP
 
 from .checkpoint import (
     connect,
+    finish_run,
     save_checkpoint,
     should_eval,
     should_save,
     start_training,
-    write_final,
 )
 from .code_tasks import CodeProblem, GroupResult, load_problems, rollout_group
 from .config import BaseConfig, opt, parse_config, save_config
@@ -290,12 +289,7 @@ def main(config: Config) -> dict[str, float]:
             rollouts.cancel_pending()
             last_eval = evaluate(sampler, tokenizer, eval_problems, config)
             logger.log(config.steps, last_eval, advance=False)
-        sampler_path = client.save_weights_for_sampler("final").result().path
-        summary = {f"{k}_before": v for k, v in first_eval.items()}
-        summary.update({f"{k}_after": v for k, v in last_eval.items()})
-        write_final(config.log_dir, {"sampler_path": sampler_path, **summary})
-        print(f"held-out: {summary}; sampler weights: {sampler_path}", file=sys.stderr)
-        return summary
+        return finish_run(client, config.log_dir, first_eval, last_eval)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ from loopwright.types import AdamParams, Datum, SamplingParams
 
 from .checkpoint import (
     connect,
+    finish_run,
     save_checkpoint,
     should_eval,
     should_save,
     start_training,
-    write_final,
 )
 from .config import BaseConfig, opt, parse_config, save_config
 from .datagen import data_path, read_jsonl
@@ -194,12 +194,7 @@ def main(config: Config) -> dict[str, float]:
             if eval_rendered:
                 last_eval = evaluate(client, tokenizer, eval_rendered, eval_subset, config)
                 logger.log(config.steps, last_eval, advance=False)
-        sampler_path = client.save_weights_for_sampler("final").result().path
-        summary = {f"{k}_before": v for k, v in first_eval.items()}
-        summary.update({f"{k}_after": v for k, v in last_eval.items()})
-        write_final(config.log_dir, {"sampler_path": sampler_path, **summary})
-        print(f"held-out: {summary}; sampler weights: {sampler_path}", file=sys.stderr)
-        return summary
+        return finish_run(client, config.log_dir, first_eval, last_eval)
 
 
 if __name__ == "__main__":
