@@ -41,8 +41,10 @@ class Tally:
     errors: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def timed(self, kind: str, call: Callable[[], object]) -> object:
-        started = time.perf_counter()
+    def timed(self, kind: str, call: Callable[[], object], since: float | None = None) -> object:
+        """``call``'s outcome, its latency kept (from ``since``, a ``perf_counter`` reading,
+        where the operation began before the call: a future sent earlier) or its error."""
+        started = time.perf_counter() if since is None else since
         try:
             out = call()
         except Exception as exc:

@@ -118,10 +118,8 @@ def _pipelined_step(tally: Tally, tc, data: list[Datum]) -> None:
     started = time.perf_counter()
     fb = tc.forward_backward(data, "cross_entropy")
     opt = tc.optim_step(AdamParams(learning_rate=1e-3))
-    for kind, future in (("forward_backward", fb), ("optim_step", opt)):
-        tally.timed(kind, future.result)
-        with tally.lock:
-            tally.latencies[kind][-1] = (time.perf_counter() - started) * 1000
+    tally.timed("forward_backward", fb.result, since=started)
+    tally.timed("optim_step", opt.result, since=started)
 
 
 def sampling(stack: Stack, count: int, w: Workload) -> tuple[Tally, float]:
