@@ -27,7 +27,10 @@ from .models import placement_json
 
 
 def session_json(s: Session) -> dict:
-    models = list(s.models.order_by("created_at").values_list("id", flat=True))
+    # read once: the ids and the placement come from the same rows (a model created between
+    # two reads would be placed and queued, yet missing from model_ids)
+    held = list(s.models.select_related("worker", "session").order_by("created_at"))
+    models = [m.id for m in held]
     samplers = list(s.sampling_sessions.order_by("created_at").values_list("id", flat=True))
     return {
         "session_id": s.id,
@@ -46,7 +49,7 @@ def session_json(s: Session) -> dict:
         # the official SDK's GetSessionResponse
         "training_run_ids": models,
         "sampler_ids": samplers,
-        **session_placement_json(s),
+        **session_placement_json(s, held),
         "recoveries": [recovery_json(r) for r in selectors.session_recoveries(s)],
     }
 
@@ -75,10 +78,10 @@ def recovery_json(r: Recovery) -> dict:
     }
 
 
-def session_placement_json(s: Session) -> dict:
-    """Where the session's models run; a live one that waits for a worker says why and where
-    it stands in the placement queue, as does a sampler that waits."""
-    models = list(s.models.select_related("worker", "session").order_by("created_at"))
+def session_placement_json(s: Session, models: list[TrainingModel]) -> dict:
+    """Where the session's ``models`` (its models, oldest first) run; a live one that waits for
+    a worker says why and where it stands in the placement queue, as does a sampler that
+    waits."""
     live = [m for m in models if m.state in TrainingModel.LIVE_STATES]
     waiting = next((m for m in live if m.placement in TrainingModel.WAITING), None)
     shown = waiting or (live or models or [None])[-1]  # else the newest live, else the newest
